@@ -1,0 +1,66 @@
+# Torus: `make up` runs the platform, `make test` runs the tests. See README.md.
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+export TORUS_VAR_DIR ?= $(CURDIR)/.var
+export TORUS_DATABASE_URL ?= postgres://torus:torus@127.0.0.1:15432/torus
+export TORUS_REDIS_URL ?= redis://127.0.0.1:16379
+# A per-checkout secret, made once and kept under .var/ (never committed).
+export TORUS_SECRET_KEY ?= $(shell mkdir -p .var && test -s .var/secret-key || \
+	$(PYTHON) -c 'import secrets; print(secrets.token_urlsafe(50))' > .var/secret-key; \
+	cat .var/secret-key)
+export DJANGO_SETTINGS_MODULE := config.settings
+
+.PHONY: help up down test lint bench services migrate seed venv
+
+help:
+	@echo "make up     run the platform (services, migrations, demo data, web, worker, beat)"
+	@echo "make test   lint and run the whole test suite against the real services"
+	@echo "make down   stop the platform and its services"
+	@echo "make lint   ruff check and ruff format --check"
+	@echo "make bench  run the benchmarks beside their peers (results in bench/results/)"
+
+$(BIN)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@
+
+venv: $(BIN)/.installed
+
+services:
+	platform/services/up
+
+migrate: venv services
+	$(BIN)/python manage.py migrate --noinput
+	$(BIN)/python manage.py collectstatic --noinput --verbosity 0
+
+seed: migrate
+	$(BIN)/python manage.py seed_demo --json > $(TORUS_VAR_DIR)/demo.json
+
+up: seed
+	scripts/portal start
+	@echo
+	@echo "Torus is running at http://127.0.0.1:$${TORUS_PORT:-8000}/  (API docs: /api/docs/)"
+	@echo "Demo login: acme-owner / torus-demo-pass  (also acme-admin, acme-member, acme-viewer, globex-*)"
+	@echo "Demo API tokens: $(TORUS_VAR_DIR)/demo.json   Logs: $(TORUS_VAR_DIR)/log/"
+
+down:
+	scripts/portal stop
+	platform/services/down
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+# Tests use their own Redis databases (8-10) so they never touch a running platform's.
+test: venv services lint
+	TORUS_REDIS_DB_BASE=8 $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+bench: venv services
+	mkdir -p bench/results
+	$(BIN)/python bench/run_all.py

@@ -1,0 +1,47 @@
+"""Base models and the one place tenant scoping is applied: TenantQuerySet.visible_to()."""
+
+import uuid
+
+from django.db import models
+
+from apps.core.actor import Actor
+
+
+class TenantQuerySet(models.QuerySet):
+    """A queryset of tenant-owned rows. Every read of tenant data goes through visible_to()."""
+
+    def visible_to(self, actor: Actor) -> "TenantQuerySet":
+        path = self.model.tenant_path
+        if not actor.tenant_ids:
+            return self.none()
+        return self.filter(**{f"{path}__in": actor.tenant_ids})
+
+    def in_tenant(self, tenant_id: uuid.UUID) -> "TenantQuerySet":
+        return self.filter(**{self.model.tenant_path: tenant_id})
+
+
+class BaseModel(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        abstract = True
+
+
+class TenantModel(BaseModel):
+    """A row that belongs to one tenant. `tenant_path` is the lookup from the row to Tenant.id."""
+
+    tenant_path = "tenant"
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        abstract = True
+
+    @property
+    def tenant_id_value(self) -> uuid.UUID:
+        obj = self
+        for part in self.tenant_path.split("__")[:-1]:
+            obj = getattr(obj, part)
+        return getattr(obj, f"{self.tenant_path.split('__')[-1]}_id")

@@ -1,0 +1,78 @@
+"""Query-parameter filters for tenancy lists."""
+
+import uuid
+
+import django_filters
+
+from apps.tenancy.models import AccessToken, AuditEvent, Membership, Project, ProjectMember, Role
+
+
+class TenantFilterMixin(django_filters.FilterSet):
+    tenant = django_filters.CharFilter(method="filter_tenant", help_text="Tenant id or slug.")
+
+    def filter_tenant(self, queryset, name, value):
+        path = queryset.model.tenant_path
+        field = "id" if _is_uuid(value) else "slug"
+        prefix = "" if path == "id" else f"{path}__"
+        return queryset.filter(**{f"{prefix}{field}": value})
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(str(value))
+    except ValueError:
+        return False
+    return True
+
+
+class MembershipFilter(TenantFilterMixin):
+    role = django_filters.ChoiceFilter(choices=Role.choices)
+    user = django_filters.CharFilter(field_name="user__username")
+
+    class Meta:
+        model = Membership
+        fields = ["tenant", "role", "user"]
+
+
+class ProjectFilter(TenantFilterMixin):
+    slug = django_filters.CharFilter()
+    name = django_filters.CharFilter(lookup_expr="icontains")
+
+    class Meta:
+        model = Project
+        fields = ["tenant", "slug", "name"]
+
+
+class ProjectMemberFilter(TenantFilterMixin):
+    project = django_filters.UUIDFilter(field_name="project_id")
+    user = django_filters.CharFilter(field_name="user__username")
+
+    class Meta:
+        model = ProjectMember
+        fields = ["tenant", "project", "user"]
+
+
+class AccessTokenFilter(TenantFilterMixin):
+    user = django_filters.CharFilter(field_name="user__username")
+    revoked = django_filters.BooleanFilter(
+        field_name="revoked_at", lookup_expr="isnull", exclude=True
+    )
+    read_only = django_filters.BooleanFilter()
+
+    class Meta:
+        model = AccessToken
+        fields = ["tenant", "user", "revoked", "read_only"]
+
+
+class AuditEventFilter(TenantFilterMixin):
+    action = django_filters.CharFilter()
+    action_prefix = django_filters.CharFilter(field_name="action", lookup_expr="startswith")
+    actor = django_filters.CharFilter(field_name="actor_repr")
+    target_type = django_filters.CharFilter()
+    target_id = django_filters.CharFilter()
+    since = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    until = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+
+    class Meta:
+        model = AuditEvent
+        fields = ["tenant", "action", "actor", "target_type", "target_id", "since", "until"]

@@ -1,0 +1,288 @@
+"""Tenancy endpoints: tenants, memberships, projects, project members, tokens, audit events."""
+
+from django.contrib.auth import authenticate, login, logout
+from django.core.exceptions import ValidationError
+from django.db.models import Q
+from django.middleware.csrf import CsrfViewMiddleware, get_token
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status
+from rest_framework.exceptions import AuthenticationFailed, PermissionDenied
+from rest_framework.permissions import AllowAny
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from apps.core.api.views import TenantScopedViewSet
+from apps.tenancy import services
+from apps.tenancy.access import actor_for_user
+from apps.tenancy.api import filters
+from apps.tenancy.api.serializers import (
+    AccessTokenCreatedSerializer,
+    AccessTokenSerializer,
+    AuditEventSerializer,
+    LoginSerializer,
+    MembershipSerializer,
+    MembershipUpdateSerializer,
+    MeSerializer,
+    ProjectMemberSerializer,
+    ProjectSerializer,
+    ProjectUpdateSerializer,
+    TenantSerializer,
+    UserSummarySerializer,
+)
+from apps.tenancy.models import (
+    AccessToken,
+    AuditEvent,
+    Membership,
+    Project,
+    ProjectMember,
+    Tenant,
+)
+from apps.tenancy.policies import MATRIX, allowed, authorize, has_role
+from apps.tenancy.selectors import tenant_for_write, user_by_username
+
+
+class _ReadMixin(mixins.ListModelMixin, mixins.RetrieveModelMixin):
+    def get_serializer_context(self):
+        return {**super().get_serializer_context(), "actor": self.actor}
+
+
+class TenantViewSet(_ReadMixin, TenantScopedViewSet):
+    resource = "tenant"
+    queryset = Tenant.objects.all()
+    serializer_class = TenantSerializer
+    filterset_fields = ["slug"]
+    ordering_fields = ["created_at", "slug", "name"]
+
+    def partial_update(self, request, *args, **kwargs):
+        tenant = self.get_object()
+        serializer = self.get_serializer(tenant, data=request.data, partial=True)
+        serializer.is_valid(raise_exception=True)
+        tenant = services.tenant_update(
+            actor=self.actor, tenant=tenant, fields=serializer.validated_data, ip=self.ip
+        )
+        return Response(self.get_serializer(tenant).data)
+
+    @extend_schema(exclude=True)
+    def update(self, request, *args, **kwargs):
+        return self.partial_update(request, *args, **kwargs)
+
+
+class MembershipViewSet(_ReadMixin, TenantScopedViewSet):
+    resource = "membership"
+    queryset = Membership.objects.select_related("user")
+    serializer_class = MembershipSerializer
+    filterset_class = filters.MembershipFilter
+    ordering_fields = ["created_at", "role"]
+
+    def create(self, request, *args, **kwargs):
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        tenant = tenant_for_write(actor=self.actor, ref=data.get("tenant"))
+        authorize(self.actor, resource=self.resource, action="create", tenant_id=tenant.id)
+        membership = services.membership_create(
+            actor=self.actor,
+            tenant=tenant,
+            user=user_by_username(username=data["user"]),
+            role=data["role"],
+            ip=self.ip,
+        )
+        return Response(self.get_serializer(membership).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=MembershipUpdateSerializer, responses=MembershipSerializer)
+    def partial_update(self, request, *args, **kwargs):
+        membership = self.get_object()
+        serializer = MembershipUpdateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        membership = services.membership_update(
+            actor=self.actor,
+            membership=membership,
+            role=serializer.validated_data["role"],
+            ip=self.ip,
+        )
+        return Response(self.get_serializer(membership).data)
+
+    @extend_schema(exclude=True)
+    def update(self, request, *args, **kwargs):
+        return self.partial_update(request, *args, **kwargs)
+
+    def destroy(self, request, *args, **kwargs):
+        services.membership_delete(actor=self.actor, membership=self.get_object(), ip=self.ip)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class ProjectViewSet(_ReadMixin, TenantScopedViewSet):
+    resource = "project"
+    queryset = Project.objects.all()
+    serializer_class = ProjectSerializer
+    filterset_class = filters.ProjectFilter
+    ordering_fields = ["created_at", "slug", "name"]
+
+    def create(self, request, *args, **kwargs):
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        tenant = tenant_for_write(actor=self.actor, ref=data.pop("tenant", None))
+        authorize(self.actor, resource=self.resource, action="create", tenant_id=tenant.id)
+        project = services.project_create(actor=self.actor, tenant=tenant, ip=self.ip, **data)
+        return Response(self.get_serializer(project).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=ProjectUpdateSerializer, responses=ProjectSerializer)
+    def partial_update(self, request, *args, **kwargs):
+        project = self.get_object()
+        serializer = ProjectUpdateSerializer(project, data=request.data, partial=True)
+        serializer.is_valid(raise_exception=True)
+        project = services.project_update(
+            actor=self.actor, project=project, fields=serializer.validated_data, ip=self.ip
+        )
+        return Response(self.get_serializer(project).data)
+
+    @extend_schema(exclude=True)
+    def update(self, request, *args, **kwargs):
+        return self.partial_update(request, *args, **kwargs)
+
+    def destroy(self, request, *args, **kwargs):
+        services.project_delete(actor=self.actor, project=self.get_object(), ip=self.ip)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class ProjectMemberViewSet(_ReadMixin, TenantScopedViewSet):
+    resource = "project-member"
+    queryset = ProjectMember.objects.select_related("user", "project")
+    serializer_class = ProjectMemberSerializer
+    filterset_class = filters.ProjectMemberFilter
+    ordering_fields = ["created_at"]
+
+    def create(self, request, *args, **kwargs):
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        project = Project.objects.visible_to(self.actor).filter(pk=data["project_id"]).first()
+        if project is None:
+            raise ValidationError({"project": ["Project not found."]})
+        authorize(self.actor, resource=self.resource, action="create", tenant_id=project.tenant_id)
+        member = services.project_member_add(
+            actor=self.actor,
+            project=project,
+            user=user_by_username(username=data["user"]),
+            ip=self.ip,
+        )
+        return Response(self.get_serializer(member).data, status=status.HTTP_201_CREATED)
+
+    def destroy(self, request, *args, **kwargs):
+        services.project_member_remove(actor=self.actor, member=self.get_object(), ip=self.ip)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class AccessTokenViewSet(_ReadMixin, TenantScopedViewSet):
+    """Your tokens; tenant admins also see and revoke everyone's in their tenant."""
+
+    resource = "token"
+    queryset = AccessToken.objects.select_related("user")
+    serializer_class = AccessTokenSerializer
+    filterset_class = filters.AccessTokenFilter
+    ordering_fields = ["created_at", "last_used_at", "name"]
+
+    def get_queryset(self):
+        queryset = super().get_queryset()
+        manager = MATRIX[("token", "manage-others")]
+        managed = [
+            t for t in self.actor.tenant_ids if has_role(self.actor, tenant_id=t, minimum=manager)
+        ]
+        return queryset.filter(Q(user=self.request.user) | Q(tenant_id__in=managed))
+
+    @extend_schema(responses={201: AccessTokenCreatedSerializer})
+    def create(self, request, *args, **kwargs):
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        tenant = tenant_for_write(actor=self.actor, ref=data.get("tenant"))
+        authorize(self.actor, resource=self.resource, action="create", tenant_id=tenant.id)
+        token, plaintext = services.token_create(
+            actor=self.actor,
+            user=request.user,
+            tenant=tenant,
+            name=data["name"],
+            read_only=data.get("read_only", False),
+            expires_at=data.get("expires_at"),
+            ip=self.ip,
+        )
+        token.token = plaintext
+        return Response(AccessTokenCreatedSerializer(token).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(responses={204: None}, description="Revoke the token (it stays listed).")
+    def destroy(self, request, *args, **kwargs):
+        services.token_revoke(actor=self.actor, token=self.get_object(), ip=self.ip)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class AuditEventViewSet(_ReadMixin, TenantScopedViewSet):
+    """The audit log of the tenants you administer. Read-only for everyone."""
+
+    resource = "audit-event"
+    queryset = AuditEvent.objects.all()
+    serializer_class = AuditEventSerializer
+    filterset_class = filters.AuditEventFilter
+    ordering_fields = ["created_at", "action"]
+
+    def get_queryset(self):
+        readable = [
+            tenant_id
+            for tenant_id in self.actor.tenant_ids
+            if allowed(self.actor, resource=self.resource, action="read", tenant_id=tenant_id)
+        ]
+        if self.action == "list" and self.actor.tenant_ids and not readable:
+            raise PermissionDenied("You need the admin role to read the audit log.")
+        return super().get_queryset().filter(tenant_id__in=readable)
+
+
+class LoginView(APIView):
+    """Session sign-in for the browser (CSRF-protected; fetch /api/v1/auth/me first)."""
+
+    permission_classes = [AllowAny]
+    authentication_classes = []
+
+    @extend_schema(request=LoginSerializer, responses=MeSerializer)
+    def post(self, request):
+        reason = CsrfViewMiddleware(lambda r: None).process_view(request._request, None, (), {})
+        if reason is not None:
+            raise PermissionDenied("CSRF check failed.")
+        serializer = LoginSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        user = authenticate(request, **serializer.validated_data)
+        if user is None:
+            raise AuthenticationFailed("Wrong username or password.")
+        login(request._request, user)
+        return Response(_me(request, user=user, token=None))
+
+
+class LogoutView(APIView):
+    @extend_schema(request=None, responses={204: None})
+    def post(self, request):
+        logout(request._request)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class MeView(APIView):
+    """Who you are, your tenants and roles, and the token in use (sets the CSRF cookie)."""
+
+    @extend_schema(responses=MeSerializer)
+    def get(self, request):
+        get_token(request._request)
+        token = request.auth if isinstance(request.auth, AccessToken) else None
+        return Response(_me(request, user=request.user, token=token))
+
+
+def _me(request, *, user, token) -> dict:
+    actor = actor_for_user(user=user, token=token)
+    tenants = Tenant.objects.visible_to(actor).order_by("slug")
+    return {
+        "user": UserSummarySerializer(user).data,
+        "tenants": [
+            {"id": str(t.id), "slug": t.slug, "name": t.name, "role": actor.role_in(t.id)}
+            for t in tenants
+        ],
+        "token": None
+        if token is None
+        else {"id": str(token.id), "name": token.name, "read_only": token.read_only},
+    }

@@ -1,0 +1,58 @@
+"""`Authorization: Bearer <token>` authentication for the API."""
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+from rest_framework import authentication, exceptions
+
+from apps.tenancy.models import AccessToken, hash_token
+from apps.tenancy.services import token_record_use
+
+
+def token_lookup(plaintext: str) -> AccessToken:
+    """The active token for a plaintext value, or AuthenticationFailed with the reason."""
+    token = (
+        AccessToken.objects.select_related("user", "tenant")
+        .filter(token_hash=hash_token(plaintext))
+        .first()
+    )
+    if token is None or not token.user.is_active:
+        raise exceptions.AuthenticationFailed("Invalid token.")
+    if token.revoked_at is not None:
+        raise exceptions.AuthenticationFailed("Token has been revoked.")
+    if not token.is_active():
+        raise exceptions.AuthenticationFailed("Token has expired.")
+    if not token.user.memberships.filter(tenant_id=token.tenant_id).exists():
+        raise exceptions.AuthenticationFailed("Token's user is no longer in its tenant.")
+    return token
+
+
+class BearerTokenAuthentication(authentication.BaseAuthentication):
+    keyword = "Bearer"
+
+    def authenticate(self, request):
+        header = authentication.get_authorization_header(request).split()
+        if not header or header[0].lower() != self.keyword.lower().encode():
+            return None
+        if len(header) != 2:
+            raise exceptions.AuthenticationFailed("Authorization header must be 'Bearer <token>'.")
+        try:
+            plaintext = header[1].decode()
+        except UnicodeError as exc:
+            raise exceptions.AuthenticationFailed("Invalid token.") from exc
+        token = token_lookup(plaintext)
+        self._record_use(token, request.META.get("REMOTE_ADDR"))
+        return token.user, token
+
+    def authenticate_header(self, request) -> str:
+        return self.keyword
+
+    @staticmethod
+    def _record_use(token: AccessToken, ip: str | None) -> None:
+        interval = timedelta(seconds=settings.TORUS_TOKEN_USE_RECORD_INTERVAL)
+        now = timezone.now()
+        if token.last_used_at is None or now - token.last_used_at >= interval:
+            with transaction.atomic():
+                token_record_use(token=token, ip=ip, now=now)

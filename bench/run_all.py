@@ -1,0 +1,40 @@
+"""Run every benchmark in bench/ (each also runs alone) and keep its JSON line in bench/results/.
+
+Each benchmark script prints its result as one JSON line last:
+{"benchmark": ..., "metrics": {...}, "peers": {...}, "ratios": {...}}
+"""
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def main() -> int:
+    scripts = sorted(p for p in HERE.glob("*.py") if p.name != "run_all.py")
+    if not scripts:
+        print("no benchmarks yet")
+        return 0
+    failed = 0
+    for script in scripts:
+        proc = subprocess.run(  # noqa: S603 (our own scripts)
+            [sys.executable, str(script), *sys.argv[1:]], capture_output=True, text=True
+        )
+        sys.stderr.write(proc.stderr)
+        lines = [line for line in proc.stdout.splitlines() if line.strip()]
+        if proc.returncode != 0 or not lines:
+            print(f"{script.name}: failed (exit {proc.returncode})")
+            failed += 1
+            continue
+        result = json.loads(lines[-1])
+        stamp = time.strftime("%Y%m%dT%H%M%S")
+        (HERE / "results" / f"{result['benchmark']}-{stamp}.json").write_text(lines[-1] + "\n")
+        print(lines[-1])
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

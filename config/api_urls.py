@@ -1,0 +1,17 @@
+"""/api/v1: every app contributes its routes to one router."""
+
+from django.urls import include, path
+from rest_framework.routers import SimpleRouter
+
+from apps.tenancy.api.urls import register as register_tenancy
+from apps.tenancy.api.views import LoginView, LogoutView, MeView
+
+router = SimpleRouter(trailing_slash="/?")
+register_tenancy(router)
+
+urlpatterns = [
+    path("auth/login", LoginView.as_view(), name="auth-login"),
+    path("auth/logout", LogoutView.as_view(), name="auth-logout"),
+    path("auth/me", MeView.as_view(), name="auth-me"),
+    path("", include(router.urls)),
+]

@@ -1,0 +1,177 @@
+"""Django settings for Torus, read from the environment (config/env.py; docs/operations.md)."""
+
+from pathlib import Path
+
+from config.env import env_bool, env_database, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("TORUS_VAR_DIR", str(BASE_DIR / ".var")))
+
+DEBUG = env_bool("TORUS_DEBUG", False)
+SECRET_KEY = env_str("TORUS_SECRET_KEY", "insecure-dev-key-change-me" if DEBUG else None)
+ALLOWED_HOSTS = env_list("TORUS_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver"])
+CSRF_TRUSTED_ORIGINS = env_list(
+    "TORUS_CSRF_TRUSTED_ORIGINS", ["http://127.0.0.1:8000", "http://localhost:8000"]
+)
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "channels",
+    "apps.core",
+    "apps.tenancy",
+]
+
+MIDDLEWARE = [
+    "apps.core.middleware.BodySizeLimitMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+ASGI_APPLICATION = "config.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": env_database("TORUS_DATABASE_URL", "postgres://torus:torus@127.0.0.1:15432/torus")
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Redis: one server, separate logical databases for Celery, the cache and Channels.
+REDIS_URL = env_str("TORUS_REDIS_URL", "redis://127.0.0.1:16379").rstrip("/")
+REDIS_DB_BASE = env_int("TORUS_REDIS_DB_BASE", 0, minimum=0)
+
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": f"{REDIS_URL}/{REDIS_DB_BASE + 1}",
+        "KEY_PREFIX": "torus",
+    }
+}
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [f"{REDIS_URL}/{REDIS_DB_BASE + 2}"], "prefix": "torus"},
+    }
+}
+
+CELERY_BROKER_URL = f"{REDIS_URL}/{REDIS_DB_BASE}"
+CELERY_RESULT_BACKEND = f"{REDIS_URL}/{REDIS_DB_BASE}"
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BEAT_SCHEDULE: dict = {}
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATIC_ROOT = VAR_DIR / "static"
+
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SECURE = env_bool("TORUS_SECURE_COOKIES", False)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+
+# Requests with a larger body are refused with 413 before any view reads them.
+TORUS_MAX_BODY_BYTES = env_int("TORUS_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = TORUS_MAX_BODY_BYTES
+
+# Access tokens: last use is written at most this often (seconds), with an audit event.
+TORUS_TOKEN_USE_RECORD_INTERVAL = env_int("TORUS_TOKEN_USE_RECORD_INTERVAL", 60, minimum=0)
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "apps.tenancy.authentication.BearerTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PAGINATION_CLASS": "apps.core.api.pagination.CursorPagination",
+    "PAGE_SIZE": 50,
+    "DEFAULT_FILTER_BACKENDS": [
+        "django_filters.rest_framework.DjangoFilterBackend",
+        "rest_framework.filters.OrderingFilter",
+    ],
+    "ORDERING_PARAM": "ordering",
+    "DEFAULT_THROTTLE_CLASSES": [
+        "apps.core.api.throttling.PrincipalRateThrottle",
+        "apps.core.api.throttling.AnonymousRateThrottle",
+    ],
+    "DEFAULT_THROTTLE_RATES": {
+        "principal": env_str("TORUS_THROTTLE_PRINCIPAL", "6000/min"),
+        "anon": env_str("TORUS_THROTTLE_ANON", "600/min"),
+    },
+    "EXCEPTION_HANDLER": "apps.core.api.errors.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "apps.core.api.schema.TorusAutoSchema",
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Torus API",
+    "DESCRIPTION": "Multi-tenant AI compute: tenants, projects, tokens, jobs, logs.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "TenantRoleEnum": "apps.tenancy.models.Role",
+    },
+    "APPEND_COMPONENTS": {
+        "securitySchemes": {
+            "bearerAuth": {"type": "http", "scheme": "bearer"},
+        }
+    },
+    "SECURITY": [{"bearerAuth": []}, {"cookieAuth": []}],
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("TORUS_LOG_LEVEL", "INFO")},
+    "loggers": {"django.request": {"level": "ERROR"}},
+}

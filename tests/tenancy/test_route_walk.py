@@ -1,0 +1,127 @@
+"""Walk every /api/v1 route the URL resolver knows: another tenant gets 404, anonymous gets 401,
+and neither changes anything."""
+
+import pytest
+from django.urls import URLPattern, URLResolver, get_resolver, reverse
+
+from apps.tenancy.models import AccessToken, AuditEvent, Membership, ProjectMember, Role
+from tests.conftest import bearer_client
+
+PUBLIC_ROUTES = {"auth-login"}  # sign-in is open by design (and CSRF-protected)
+METHODS = ["get", "post", "put", "patch", "delete"]
+
+
+def api_route_names() -> list[tuple[str, bool]]:
+    """(url name, takes a pk) for every named route under api/v1/."""
+    found: list[tuple[str, bool]] = []
+
+    def walk(patterns, prefix: str) -> None:
+        for entry in patterns:
+            route = prefix + str(entry.pattern)
+            if isinstance(entry, URLResolver):
+                walk(entry.url_patterns, route)
+            elif isinstance(entry, URLPattern) and route.startswith("api/v1/") and entry.name:
+                found.append((entry.name, "(?P<pk>" in route or "<pk>" in route))
+
+    walk(get_resolver().url_patterns, "")
+    return sorted(set(found))
+
+
+def acme_objects(acme) -> dict:
+    """One acme object per resource basename; a new detail route must add its own here."""
+    return {
+        "tenant": acme.tenant,
+        "membership": Membership.objects.get(tenant=acme.tenant, user=acme.users[Role.VIEWER]),
+        "project": acme.project,
+        "project-member": ProjectMember.objects.get(project=acme.project),
+        "token": AccessToken.objects.filter(tenant=acme.tenant).first(),
+        "audit-event": AuditEvent.objects.filter(tenant=acme.tenant).first()
+        or _audit_for(acme),
+    }
+
+
+def _audit_for(acme):
+    from apps.tenancy.audit import audit_record
+
+    return audit_record(actor=None, user=acme.users[Role.OWNER], tenant_id=acme.tenant.id,
+                        action="test.event", target=acme.project)
+
+
+def acme_state(acme) -> list:
+    """Everything acme owns, as comparable rows."""
+    rows = []
+    for model in (Membership, ProjectMember, AccessToken, AuditEvent):
+        path = model.tenant_path
+        rows += list(model.objects.filter(**{path: acme.tenant.id}).order_by("pk").values())
+    rows += list(type(acme.project).objects.filter(tenant=acme.tenant).values())
+    rows += list(type(acme.tenant).objects.filter(pk=acme.tenant.pk).values())
+    return rows
+
+
+def test_the_walk_covers_every_api_route():
+    names = {name for name, _ in api_route_names()}
+    assert {"project-list", "project-detail", "token-detail", "audit-event-list"} <= names
+
+
+@pytest.mark.django_db
+def test_other_tenant_gets_404_on_every_object_route(acme, globex):
+    objects = acme_objects(acme)
+    before = acme_state(acme)
+    intruder = globex.client(Role.OWNER)
+    checked = 0
+    for name, takes_pk in api_route_names():
+        if not takes_pk:
+            continue
+        basename = name.rsplit("-", 1)[0]
+        assert basename in objects, f"route {name} has no acme object in acme_objects()"
+        url = reverse(name, kwargs={"pk": objects[basename].pk})
+        for method in METHODS:
+            response = getattr(intruder, method)(url, {}, format="json")
+            if response.status_code == 405:
+                continue
+            assert response.status_code == 404, (method, url, response.status_code)
+            assert response.json()["error"]["code"] == "not_found"
+            checked += 1
+    assert checked >= 12
+    assert acme_state(acme) == before
+
+
+@pytest.mark.django_db
+def test_other_tenant_lists_never_show_acme_rows(acme, globex):
+    intruder = globex.client(Role.OWNER)
+    for name, takes_pk in api_route_names():
+        if takes_pk or not name.endswith("-list"):
+            continue
+        response = intruder.get(reverse(name))
+        assert response.status_code == 200, name
+        body = response.json()
+        ids = {str(row.get("tenant_id") or row.get("id")) for row in body["results"]}
+        assert str(acme.tenant.id) not in ids, name
+        assert str(acme.tenant.id) not in response.content.decode(), name
+
+
+@pytest.mark.django_db
+def test_anonymous_gets_401_on_every_route(acme):
+    objects = acme_objects(acme)
+    before = acme_state(acme)
+    anonymous = bearer_client(None)
+    for name, takes_pk in api_route_names():
+        if name in PUBLIC_ROUTES:
+            continue
+        kwargs = {"pk": objects[name.rsplit("-", 1)[0]].pk} if takes_pk else {}
+        url = reverse(name, kwargs=kwargs)
+        for method in METHODS:
+            response = getattr(anonymous, method)(url, {}, format="json")
+            if response.status_code == 405:
+                continue
+            assert response.status_code == 401, (method, url, response.status_code)
+            assert response["WWW-Authenticate"] == "Bearer"
+            assert response.json()["error"]["code"] == "not_authenticated"
+    assert acme_state(acme) == before
+
+
+@pytest.mark.django_db
+def test_a_bad_token_is_401_not_anonymous(acme):
+    response = bearer_client("tor_not-a-real-token").get(reverse("project-list"))
+    assert response.status_code == 401
+    assert response.json()["error"]["message"] == "Invalid token."
