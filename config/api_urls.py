@@ -4,12 +4,13 @@ from django.urls import include, path
 from rest_framework.routers import SimpleRouter
 
 from apps.tenancy.api.urls import register as register_tenancy
-from apps.tenancy.api.views import LoginView, LogoutView, MeView
+from apps.tenancy.api.views import CsrfView, LoginView, LogoutView, MeView
 
 router = SimpleRouter(trailing_slash="/?")
 register_tenancy(router)
 
 urlpatterns = [
+    path("auth/csrf", CsrfView.as_view(), name="auth-csrf"),
     path("auth/login", LoginView.as_view(), name="auth-login"),
     path("auth/logout", LogoutView.as_view(), name="auth-logout"),
     path("auth/me", MeView.as_view(), name="auth-me"),

@@ -59,3 +59,8 @@ def acme(db) -> TenantWorld:
 @pytest.fixture
 def globex(db) -> TenantWorld:
     return make_world("globex")
+
+
+@pytest.fixture(autouse=True)
+def _fast_passwords(settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

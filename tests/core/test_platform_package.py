@@ -15,7 +15,10 @@ def test_platform_folder_has_no_python_files():
 def test_stdlib_platform_imports_from_the_repo_root():
     result = subprocess.run(  # noqa: S603
         [sys.executable, "-c", "import platform; print(platform.system())"],
-        cwd=ROOT, capture_output=True, text=True, check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "Linux"

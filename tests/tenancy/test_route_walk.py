@@ -7,7 +7,7 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from apps.tenancy.models import AccessToken, AuditEvent, Membership, ProjectMember, Role
 from tests.conftest import bearer_client
 
-PUBLIC_ROUTES = {"auth-login"}  # sign-in is open by design (and CSRF-protected)
+PUBLIC_ROUTES = {"auth-login", "auth-csrf"}  # sign-in is open by design (CSRF-protected)
 METHODS = ["get", "post", "put", "patch", "delete"]
 
 
@@ -35,16 +35,20 @@ def acme_objects(acme) -> dict:
         "project": acme.project,
         "project-member": ProjectMember.objects.get(project=acme.project),
         "token": AccessToken.objects.filter(tenant=acme.tenant).first(),
-        "audit-event": AuditEvent.objects.filter(tenant=acme.tenant).first()
-        or _audit_for(acme),
+        "audit-event": AuditEvent.objects.filter(tenant=acme.tenant).first() or _audit_for(acme),
     }
 
 
 def _audit_for(acme):
     from apps.tenancy.audit import audit_record
 
-    return audit_record(actor=None, user=acme.users[Role.OWNER], tenant_id=acme.tenant.id,
-                        action="test.event", target=acme.project)
+    return audit_record(
+        actor=None,
+        user=acme.users[Role.OWNER],
+        tenant_id=acme.tenant.id,
+        action="test.event",
+        target=acme.project,
+    )
 
 
 def acme_state(acme) -> list:

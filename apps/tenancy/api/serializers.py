@@ -50,6 +50,7 @@ class MembershipSerializer(StrictModelSerializer):
         model = Membership
         fields = ["id", "tenant", "tenant_id", "user", "user_detail", "role", "created_at"]
         read_only_fields = ["id", "tenant_id", "user_detail", "created_at"]
+        validators = []  # uniqueness is the service's job (409), not a 400
 
 
 class MembershipUpdateSerializer(StrictSerializer):
@@ -76,6 +77,7 @@ class ProjectSerializer(StrictModelSerializer):
         ]
         read_only_fields = ["id", "tenant_id", "created_at", "updated_at"]
         extra_kwargs = {"slug": {"validators": []}}
+        validators = []
 
 
 class ProjectUpdateSerializer(StrictModelSerializer):
@@ -94,6 +96,7 @@ class ProjectMemberSerializer(StrictModelSerializer):
         model = ProjectMember
         fields = ["id", "project", "user", "user_detail", "created_at"]
         read_only_fields = ["id", "user_detail", "created_at"]
+        validators = []
 
 
 class AccessTokenSerializer(StrictModelSerializer):

@@ -4,8 +4,8 @@ from django.contrib.auth import authenticate, login, logout
 from django.core.exceptions import ValidationError
 from django.db.models import Q
 from django.middleware.csrf import CsrfViewMiddleware, get_token
-from drf_spectacular.utils import extend_schema
-from rest_framework import mixins, status
+from drf_spectacular.utils import extend_schema, inline_serializer
+from rest_framework import mixins, serializers, status
 from rest_framework.exceptions import AuthenticationFailed, PermissionDenied
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
@@ -236,8 +236,19 @@ class AuditEventViewSet(_ReadMixin, TenantScopedViewSet):
         return super().get_queryset().filter(tenant_id__in=readable)
 
 
+class CsrfView(APIView):
+    """Sets the CSRF cookie and returns the token for the browser's sign-in form."""
+
+    permission_classes = [AllowAny]
+    authentication_classes = []
+
+    @extend_schema(responses=inline_serializer("Csrf", {"csrf_token": serializers.CharField()}))
+    def get(self, request):
+        return Response({"csrf_token": get_token(request._request)})
+
+
 class LoginView(APIView):
-    """Session sign-in for the browser (CSRF-protected; fetch /api/v1/auth/me first)."""
+    """Session sign-in for the browser (CSRF-protected: GET /api/v1/auth/csrf first)."""
 
     permission_classes = [AllowAny]
     authentication_classes = []
@@ -255,6 +266,9 @@ class LoginView(APIView):
         login(request._request, user)
         return Response(_me(request, user=user, token=None))
 
+    def get_authenticate_header(self, request) -> str:
+        return "Session"  # a wrong password is a 401, as for any failed authentication
+
 
 class LogoutView(APIView):
     @extend_schema(request=None, responses={204: None})
@@ -264,11 +278,10 @@ class LogoutView(APIView):
 
 
 class MeView(APIView):
-    """Who you are, your tenants and roles, and the token in use (sets the CSRF cookie)."""
+    """Who you are, your tenants and roles, and the token in use."""
 
     @extend_schema(responses=MeSerializer)
     def get(self, request):
-        get_token(request._request)
         token = request.auth if isinstance(request.auth, AccessToken) else None
         return Response(_me(request, user=request.user, token=token))
 
