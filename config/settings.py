@@ -115,6 +115,9 @@ CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 TORUS_MAX_BODY_BYTES = env_int("TORUS_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = TORUS_MAX_BODY_BYTES
 
+# /readyz waits this long (seconds) for a Celery worker to answer a ping.
+TORUS_READYZ_CELERY_TIMEOUT = env_int("TORUS_READYZ_CELERY_TIMEOUT", 1, minimum=1)
+
 # Access tokens: last use is written at most this often (seconds), with an audit event.
 TORUS_TOKEN_USE_RECORD_INTERVAL = env_int("TORUS_TOKEN_USE_RECORD_INTERVAL", 60, minimum=0)
 

@@ -45,6 +45,18 @@ def make_world(slug: str) -> TenantWorld:
     return world
 
 
+@pytest.fixture
+def celery_worker(transactional_db):
+    """A real Celery worker (in a thread) consuming from the real Redis broker."""
+    import celery.contrib.testing.tasks  # noqa: F401  (registers celery.ping for the ping check)
+    from celery.contrib.testing.worker import start_worker
+
+    from config.celery import app
+
+    with start_worker(app, pool="solo", perform_ping_check=True, loglevel="WARNING") as worker:
+        yield worker
+
+
 @pytest.fixture(autouse=True)
 def _clean_cache():
     cache.clear()  # throttle counters live in Redis; each test starts from zero

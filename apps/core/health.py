@@ -35,6 +35,15 @@ def _redis() -> None:
         client.close()
 
 
+@check("celery")
+def _celery() -> None:
+    from config.celery import app
+
+    replies = app.control.ping(timeout=settings.TORUS_READYZ_CELERY_TIMEOUT)
+    if not replies:
+        raise RuntimeError("no Celery worker answered")
+
+
 def healthz(request):
     return JsonResponse({"status": "ok"})
 

@@ -1,0 +1,262 @@
+# shellcheck shell=bash
+# Shared helpers for platform/services/{up,down,status} and components/<name>.
+# Source it; do not execute it. Every path it sets is absolute.
+#
+# Environment (defaults set here, exported for the components):
+#   TORUS_REPO_ROOT     repo root, found from this file's location (platform/services/..)
+#   TORUS_VAR_DIR       runtime state root          (default: $TORUS_REPO_ROOT/.var)
+#   TORUS_LOG_DIR       logs                        ($TORUS_VAR_DIR/log)
+#   TORUS_RUN_DIR       pid files, locks, sockets   ($TORUS_VAR_DIR/run)
+#   TORUS_WAIT_TIMEOUT  seconds `wait` waits         (default: 60)
+#
+# Functions (all messages go to stderr, prefixed "torus services: "):
+#   torus_log MSG...                 one line to stderr
+#   torus_die MSG...                 one line to stderr, exit 1 (86 inside $(...))
+#   torus_fail_up NAME [LOGFILE]     "NAME did not come up; see LOGFILE", exit 1
+#   torus_status_line NAME up|down [ADDR]
+#   torus_ensure_dirs                create TORUS_VAR_DIR, log and run dirs
+#   torus_apt_install PKG...         apt-get install only the missing packages
+#   torus_service_dir NAME USER [quiet]  print a data dir USER can reach (see below)
+#   torus_host_dir                   print /var/lib/torus/<hash of TORUS_VAR_DIR>
+#   torus_as_user USER CMD...        run CMD as USER (runuser), from cwd /
+#   torus_detach CMD...              run CMD (a daemon launcher) with fds > 2 closed,
+#                                    stdin /dev/null, cwd /
+#   torus_wait_for SECONDS CMD...    retry CMD every 0.5 s until it succeeds; 1 on timeout
+#   torus_pid_alive PID              0 if PID runs (zombies count as gone)
+#   torus_pid_of PIDFILE [COMM]      print the pid if alive (and its comm starts with COMM)
+#   torus_stop_pid PIDFILE [COMM] [SECONDS]  SIGTERM, wait for exit (SIGKILL after SECONDS)
+#   torus_port_open PORT [HOST]      0 if something accepts TCP connections there
+#   torus_lock NAME                  serialize on $TORUS_RUN_DIR/NAME.lock (fd 9); start
+#                                    daemons with torus_detach (or `9>&-`) so they drop it
+#   torus_component_main NAME "$@"   dispatch install|start|wait|status|stop to the
+#                                    functions <subcommand>_<NAME-with-_-for-->
+
+TORUS_SERVICES_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
+TORUS_REPO_ROOT=${TORUS_REPO_ROOT:-$(cd "$TORUS_SERVICES_DIR/../.." && pwd -P)}
+TORUS_VAR_DIR=${TORUS_VAR_DIR:-$TORUS_REPO_ROOT/.var}
+case $TORUS_VAR_DIR in
+  /*) ;;
+  *) TORUS_VAR_DIR=$PWD/$TORUS_VAR_DIR ;;
+esac
+TORUS_VAR_DIR=${TORUS_VAR_DIR%/}
+TORUS_LOG_DIR=$TORUS_VAR_DIR/log
+TORUS_RUN_DIR=$TORUS_VAR_DIR/run
+TORUS_WAIT_TIMEOUT=${TORUS_WAIT_TIMEOUT:-60}
+export TORUS_SERVICES_DIR TORUS_REPO_ROOT TORUS_VAR_DIR TORUS_LOG_DIR TORUS_RUN_DIR TORUS_WAIT_TIMEOUT
+
+torus_log() {
+  printf 'torus services: %s\n' "$*" >&2
+}
+
+# In a subshell ($(...)) it exits 86 so the ERR trap knows the line was printed.
+torus_die() {
+  torus_log "$@"
+  ((BASH_SUBSHELL == 0)) || exit 86
+  exit 1
+}
+
+torus_fail_up() {
+  local name=$1 log=${2:-}
+  if [[ -n $log ]]; then
+    torus_die "$name did not come up; see $log"
+  fi
+  torus_die "$name did not come up"
+}
+
+torus_status_line() {
+  local name=$1 state=$2 addr=${3:-}
+  if [[ -n $addr ]]; then
+    printf '%-14s %-5s %s\n' "$name" "$state" "$addr"
+  else
+    printf '%-14s %s\n' "$name" "$state"
+  fi
+}
+
+torus_ensure_dirs() {
+  mkdir -p "$TORUS_VAR_DIR" "$TORUS_LOG_DIR" "$TORUS_RUN_DIR"
+}
+
+# torus_apt_install PKG... : installs only what dpkg does not list as installed;
+# `apt-get update` runs only when something is missing.
+torus_apt_install() {
+  local pkg missing=()
+  for pkg in "$@"; do
+    if [[ $(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null) != installed ]]; then
+      missing+=("$pkg")
+    fi
+  done
+  ((${#missing[@]})) || return 0
+  torus_log "installing ${missing[*]} (apt-get)"
+  local apt=(apt-get -q -y -o DPkg::Lock::Timeout=300)
+  DEBIAN_FRONTEND=noninteractive "${apt[@]}" update >&2
+  DEBIAN_FRONTEND=noninteractive "${apt[@]}" install --no-install-recommends "${missing[@]}" >&2
+}
+
+torus_host_dir() {
+  local hash
+  hash=$(printf '%s' "$TORUS_VAR_DIR" | sha256sum | cut -c1-12)
+  printf '/var/lib/torus/%s\n' "$hash"
+}
+
+torus_as_user() {
+  local user=$1
+  shift
+  (cd / && runuser -u "$user" -- "$@")
+}
+
+# torus_detach CMD... : run CMD from cwd / with stdin from /dev/null and every fd above 2
+# closed, so a daemon it starts holds no pipe or lock of its caller (the lock fd 9, a
+# CI harness's pipes). Redirect its stdout/stderr to a log yourself.
+torus_detach() {
+  (
+    cd /
+    for fd in /proc/"$BASHPID"/fd/*; do
+      fd=${fd##*/}
+      if ((fd > 2)); then
+        eval "exec $fd>&-" 2>/dev/null || true
+      fi
+    done
+    exec "$@" </dev/null
+  )
+}
+
+# torus_service_dir NAME USER [quiet] : prints the data dir for NAME, owned by USER.
+# If USER can traverse TORUS_VAR_DIR it is $TORUS_VAR_DIR/NAME. Otherwise (a clone
+# under a mode-700 home, say) it is /var/lib/torus/<hash of TORUS_VAR_DIR>/NAME and
+# $TORUS_VAR_DIR/NAME becomes a symlink to it. NAME may contain slashes (run/postgres).
+torus_service_dir() {
+  local name=$1 user=$2 quiet=${3:-} link=$TORUS_VAR_DIR/$1 target host
+  mkdir -p "$TORUS_VAR_DIR" "$(dirname "$link")"
+  if [[ -L $link ]]; then
+    target=$(readlink -f "$link" || true)
+    if [[ -n $target ]] && mkdir -p "$target" && torus_as_user "$user" test -x "$target"; then
+      chown "$user:" "$target"
+      printf '%s\n' "$target"
+      return 0
+    fi
+    rm -f "$link"
+  fi
+  if torus_as_user "$user" test -x "$TORUS_VAR_DIR"; then
+    mkdir -p "$link"
+    chown "$user:" "$link"
+    printf '%s\n' "$link"
+    return 0
+  fi
+  host=$(torus_host_dir)
+  target=$host/$name
+  if [[ -d $link ]]; then
+    rmdir "$link" 2>/dev/null ||
+      torus_die "$link holds data but user $user cannot reach $TORUS_VAR_DIR; move it to $target and replace it by a symlink"
+  fi
+  mkdir -p "$target"
+  chmod 755 /var/lib/torus "$host"
+  printf '%s\n' "$TORUS_VAR_DIR" >"$host/origin"
+  chown "$user:" "$target"
+  ln -sfn "$target" "$link"
+  [[ -n $quiet ]] || torus_log "note: user $user cannot traverse $TORUS_VAR_DIR; $name data lives in $target ($link links to it)"
+  printf '%s\n' "$target"
+}
+
+torus_wait_for() {
+  local timeout=$1 deadline
+  shift
+  deadline=$((SECONDS + timeout))
+  until "$@"; do
+    ((SECONDS < deadline)) || return 1
+    sleep 0.5
+  done
+}
+
+# torus_pid_alive PID : 0 if PID exists and is not a zombie (pid 1 here may reap late).
+torus_pid_alive() {
+  local stat
+  kill -0 "$1" 2>/dev/null || return 1
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  stat=${stat##*) }
+  [[ ${stat:0:1} != Z ]]
+}
+
+torus_pid_of() {
+  local pidfile=$1 comm=${2:-} pid actual
+  [[ -r $pidfile ]] || return 1
+  read -r pid <"$pidfile" || [[ -n ${pid:-} ]] || return 1
+  [[ $pid =~ ^[0-9]+$ ]] || return 1
+  torus_pid_alive "$pid" || return 1
+  if [[ -n $comm ]]; then
+    actual=$(cat "/proc/$pid/comm" 2>/dev/null) || return 1
+    [[ $actual == "$comm"* ]] || return 1
+  fi
+  printf '%s\n' "$pid"
+}
+
+torus_stop_pid() {
+  local pidfile=$1 comm=${2:-} timeout=${3:-$TORUS_WAIT_TIMEOUT} pid
+  pid=$(torus_pid_of "$pidfile" "$comm") || { rm -f "$pidfile"; return 0; }
+  kill -TERM "$pid" 2>/dev/null || true
+  if ! torus_wait_for "$timeout" eval "! torus_pid_alive $pid"; then
+    torus_log "pid $pid ($pidfile) did not exit after ${timeout}s; sending SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+    torus_wait_for 10 eval "! torus_pid_alive $pid" || torus_die "pid $pid did not exit"
+  fi
+  rm -f "$pidfile"
+}
+
+torus_port_open() {
+  local port=$1 host=${2:-127.0.0.1}
+  # shellcheck disable=SC2016
+  timeout 2 bash -c 'exec 3<>"/dev/tcp/$0/$1"' "$host" "$port" 2>/dev/null
+}
+
+torus_lock() {
+  torus_ensure_dirs
+  exec 9>"$TORUS_RUN_DIR/$1.lock"
+  flock -w 300 9 || torus_die "$1: could not get $TORUS_RUN_DIR/$1.lock within 300s"
+}
+
+torus_component_main() {
+  local name=$1 sub=${2:-} fn
+  case $sub in
+    install | start | wait | status | stop) ;;
+    *) torus_die "usage: components/$name install|start|wait|status|stop" ;;
+  esac
+  fn=${sub}_${name//-/_}
+  "$fn"
+}
+
+# An unexpected failure under `set -e` still leaves one line naming the script.
+# Silent for scripts that run with `set +e` and in subshells.
+torus_on_err() {
+  local rc=$? cmd=$1 line=$2
+  [[ $- == *e* ]] || return 0
+  ((BASH_SUBSHELL == 0)) || return 0
+  ((rc != 86)) || exit 1
+  torus_log "$(basename "$0") ${TORUS_SUBCOMMAND:-}: failed (exit $rc) at line $line: $cmd"
+}
+TORUS_SUBCOMMAND=${1:-}
+set -E
+trap 'torus_on_err "$BASH_COMMAND" "$LINENO"' ERR
+
+torus_available_components() {
+  local f out=()
+  for f in "$TORUS_SERVICES_DIR"/components/*; do
+    [[ -f $f && -x $f ]] && out+=("${f##*/}")
+  done
+  printf '%s\n' "${out[*]}"
+}
+
+# torus_components NAME... : sets the array TORUS_COMPONENTS to the arguments, or else
+# to ${TORUS_SERVICES:-postgres redis}; dies on a name without a script.
+torus_components() {
+  local names=("$@") name available
+  if ((${#names[@]} == 0)); then
+    read -r -a names <<<"${TORUS_SERVICES:-postgres redis}"
+  fi
+  for name in "${names[@]}"; do
+    if [[ ! $name =~ ^[a-z0-9][a-z0-9_-]*$ || ! -x $TORUS_SERVICES_DIR/components/$name ]]; then
+      available=$(torus_available_components)
+      torus_die "unknown component '$name' (available: $available)"
+    fi
+  done
+  # shellcheck disable=SC2034  # used by the scripts that source this file
+  TORUS_COMPONENTS=("${names[@]}")
+}
