@@ -15,7 +15,7 @@ export TORUS_SECRET_KEY ?= $(shell mkdir -p .var && test -s .var/secret-key || \
 	cat .var/secret-key)
 export DJANGO_SETTINGS_MODULE := config.settings
 
-.PHONY: help up down test lint bench services migrate seed venv
+.PHONY: help up down test lint bench services migrate static seed venv
 
 help:
 	@echo "make up     run the platform (services, migrations, demo data, web, worker, beat)"
@@ -35,8 +35,10 @@ venv: $(BIN)/.installed
 services:
 	platform/services/up
 
-migrate: venv services
+migrate: venv services static
 	$(BIN)/python manage.py migrate --noinput
+
+static: venv
 	$(BIN)/python manage.py collectstatic --noinput --verbosity 0
 
 seed: migrate
@@ -58,7 +60,7 @@ lint: venv
 	$(BIN)/ruff format --check .
 
 # Tests use their own Redis databases (8-10) so they never touch a running platform's.
-test: venv services lint
+test: venv services static lint
 	TORUS_REDIS_DB_BASE=8 $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: venv services

@@ -57,6 +57,20 @@ def celery_worker(transactional_db):
         yield worker
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _close_stray_connections(django_db_setup, django_db_blocker):
+    """Threads (Channels' sync_to_async, Celery's test worker) may keep test-database
+    connections open; end them so the test database can be dropped at the end."""
+    yield
+    from django.db import connection
+
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+
+
 @pytest.fixture(autouse=True)
 def _clean_cache():
     cache.clear()  # throttle counters live in Redis; each test starts from zero

@@ -39,7 +39,7 @@ def _redis() -> None:
 def _celery() -> None:
     from config.celery import app
 
-    replies = app.control.ping(timeout=settings.TORUS_READYZ_CELERY_TIMEOUT)
+    replies = app.control.ping(timeout=settings.TORUS_READYZ_CELERY_TIMEOUT, limit=1)
     if not replies:
         raise RuntimeError("no Celery worker answered")
 
