@@ -1,0 +1,6 @@
+"""The Torus Python SDK and CLI. Talks HTTP only; never imports Django or the portal's apps."""
+
+from torus.client import Client
+from torus.errors import TorusError
+
+__all__ = ["Client", "TorusError"]

@@ -1,0 +1,5 @@
+import sys
+
+from torus.cli import main
+
+sys.exit(main())

@@ -1,0 +1,111 @@
+"""The `torus` command line: tables for people, --json for scripts, no tracebacks."""
+
+import argparse
+import json
+import sys
+from datetime import UTC, datetime, timedelta
+
+from torus.client import Client
+from torus.errors import TorusError
+
+
+def _table(rows: list[dict], columns: list[str]) -> str:
+    cells = [
+        [str(row.get(c, "") if row.get(c) is not None else "-") for c in columns] for row in rows
+    ]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _emit(args, data, columns: list[str] | None = None) -> None:
+    if args.json or columns is None:
+        print(json.dumps(data, indent=2))
+    else:
+        print(_table(data if isinstance(data, list) else [data], columns))
+
+
+def cmd_whoami(client: Client, args) -> None:
+    me = client.me()
+    if args.json:
+        _emit(args, me)
+        return
+    print(f"{me['user']['username']} at {client.url}")
+    for tenant in me["tenants"]:
+        print(f"  {tenant['slug']:<20} {tenant['role']}")
+    if me["token"]:
+        mode = "read-only" if me["token"]["read_only"] else "read-write"
+        print(f"  token: {me['token']['name']} ({mode})")
+
+
+def cmd_projects(client: Client, args) -> None:
+    _emit(args, client.projects(tenant=args.tenant), ["id", "slug", "name"])
+
+
+def cmd_tokens(client: Client, args) -> None:
+    rows = client.tokens()
+    for row in rows:
+        row["user"] = row["user"]["username"]
+    _emit(args, rows, ["id", "name", "user", "prefix", "read_only", "active", "last_used_at"])
+
+
+def cmd_token_create(client: Client, args) -> None:
+    expires = None
+    if args.expires_in_days is not None:
+        expires = (datetime.now(UTC) + timedelta(days=args.expires_in_days)).isoformat()
+    token = client.create_token(name=args.name, read_only=args.read_only, expires_at=expires)
+    if args.json:
+        _emit(args, token)
+    else:
+        print(token["token"])
+        print(f"(token {token['id']}; shown once, store it now)", file=sys.stderr)
+
+
+def cmd_token_revoke(client: Client, args) -> None:
+    client.revoke_token(args.id)
+    if not args.json:
+        print(f"revoked {args.id}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="torus", description="Torus AI compute platform CLI")
+    parser.add_argument("--url", help="portal URL (default: $TORUS_URL or the config file)")
+    parser.add_argument("--token", help="access token (default: $TORUS_TOKEN or the config file)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("whoami", help="who you are, your tenants and roles").set_defaults(
+        func=cmd_whoami
+    )
+    projects = sub.add_parser("projects", help="list projects")
+    projects.add_argument("--tenant", help="tenant slug or id")
+    projects.set_defaults(func=cmd_projects)
+    sub.add_parser("tokens", help="list access tokens").set_defaults(func=cmd_tokens)
+    token = sub.add_parser("token", help="create or revoke an access token")
+    token_sub = token.add_subparsers(dest="token_command", required=True)
+    create = token_sub.add_parser("create", help="mint a token (printed once)")
+    create.add_argument("name")
+    create.add_argument("--read-only", action="store_true")
+    create.add_argument("--expires-in-days", type=int)
+    create.set_defaults(func=cmd_token_create)
+    revoke = token_sub.add_parser("revoke", help="revoke a token by id")
+    revoke.add_argument("id")
+    revoke.set_defaults(func=cmd_token_revoke)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        with Client(url=args.url, token=args.token) as client:
+            args.func(client, args)
+    except TorusError as exc:
+        print(f"torus: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
