@@ -3,16 +3,25 @@
 from django.urls import include, path
 from rest_framework.routers import SimpleRouter
 
+from apps.compute.api.urls import register as register_compute
+from apps.jobs.api.urls import register as register_jobs
+from apps.quotas.api.urls import register as register_quotas
+from apps.quotas.api.views import UsageExportView, UsageView
 from apps.tenancy.api.urls import register as register_tenancy
 from apps.tenancy.api.views import CsrfView, LoginView, LogoutView, MeView
 
 router = SimpleRouter(trailing_slash="/?")
 register_tenancy(router)
+register_compute(router)
+register_quotas(router)
+register_jobs(router)
 
 urlpatterns = [
     path("auth/csrf", CsrfView.as_view(), name="auth-csrf"),
     path("auth/login", LoginView.as_view(), name="auth-login"),
     path("auth/logout", LogoutView.as_view(), name="auth-logout"),
     path("auth/me", MeView.as_view(), name="auth-me"),
+    path("usage/", UsageView.as_view(), name="usage"),
+    path("usage/export", UsageExportView.as_view(), name="usage-export"),
     path("", include(router.urls)),
 ]

@@ -28,6 +28,9 @@ INSTALLED_APPS = [
     "channels",
     "apps.core",
     "apps.tenancy",
+    "apps.compute",
+    "apps.quotas",
+    "apps.jobs",
 ]
 
 MIDDLEWARE = [
@@ -92,7 +95,7 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-CELERY_BEAT_SCHEDULE: dict = {}
+CELERY_BEAT_SCHEDULE: dict = {}  # filled in below, once the intervals are read
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -117,6 +120,19 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = TORUS_MAX_BODY_BYTES
 
 # /readyz waits this long (seconds) for a Celery worker to answer a ping.
 TORUS_READYZ_CELERY_TIMEOUT = env_int("TORUS_READYZ_CELERY_TIMEOUT", 1, minimum=1)
+
+# Jobs: where their files live (shared with the compute nodes), and the control loops.
+TORUS_JOB_ROOT = env_str("TORUS_JOB_ROOT", str(VAR_DIR / "jobs"))
+TORUS_RECONCILE_SECONDS = env_int("TORUS_RECONCILE_SECONDS", 2, minimum=1)
+TORUS_DISPATCH_GRACE_SECONDS = env_int("TORUS_DISPATCH_GRACE_SECONDS", 30, minimum=1)
+TORUS_DISPATCH_THREADS = env_int("TORUS_DISPATCH_THREADS", 8, minimum=1)
+TORUS_LOST_AFTER_SECONDS = env_int("TORUS_LOST_AFTER_SECONDS", 120, minimum=5)
+TORUS_FAIRSHARE_DAYS = env_int("TORUS_FAIRSHARE_DAYS", 7, minimum=1)
+CELERY_BEAT_SCHEDULE["jobs-control-pass"] = {
+    "task": "jobs.control_pass",
+    "schedule": float(TORUS_RECONCILE_SECONDS),
+    "options": {"expires": float(TORUS_RECONCILE_SECONDS) * 2},
+}
 
 # Access tokens: last use is written at most this often (seconds), with an audit event.
 TORUS_TOKEN_USE_RECORD_INTERVAL = env_int("TORUS_TOKEN_USE_RECORD_INTERVAL", 60, minimum=0)
@@ -161,13 +177,10 @@ SPECTACULAR_SETTINGS = {
     "COMPONENT_SPLIT_REQUEST": True,
     "ENUM_NAME_OVERRIDES": {
         "TenantRoleEnum": "apps.tenancy.models.Role",
+        "JobStateEnum": "apps.jobs.states.State",
+        "AttemptStateEnum": "apps.jobs.models.AttemptState",
+        "JobKindEnum": "apps.jobs.models.Kind",
     },
-    "APPEND_COMPONENTS": {
-        "securitySchemes": {
-            "bearerAuth": {"type": "http", "scheme": "bearer"},
-        }
-    },
-    "SECURITY": [{"bearerAuth": []}, {"cookieAuth": []}],
 }
 
 LOGGING = {
@@ -176,5 +189,9 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("TORUS_LOG_LEVEL", "INFO")},
-    "loggers": {"django.request": {"level": "ERROR"}},
+    "loggers": {
+        "django.request": {"level": "ERROR"},
+        "httpx": {"level": "WARNING"},
+        "httpcore": {"level": "WARNING"},
+    },
 }

@@ -78,6 +78,14 @@ def _clean_cache():
 
 
 @pytest.fixture
+def cluster(db):
+    """Cluster, partition and nodes as rows only: enough for placement and admission."""
+    from tests.factories import ClusterFactory
+
+    return ClusterFactory(name="test")
+
+
+@pytest.fixture
 def acme(db) -> TenantWorld:
     return make_world("acme")
 
@@ -85,6 +93,11 @@ def acme(db) -> TenantWorld:
 @pytest.fixture
 def globex(db) -> TenantWorld:
     return make_world("globex")
+
+
+@pytest.fixture(autouse=True)
+def _job_root(settings, tmp_path):
+    settings.TORUS_JOB_ROOT = str(tmp_path / "jobs")
 
 
 @pytest.fixture(autouse=True)

@@ -55,3 +55,61 @@ class ProjectMemberFactory(factory.django.DjangoModelFactory):
 
     project = factory.SubFactory(ProjectFactory)
     user = factory.SubFactory(UserFactory)
+
+
+class ClusterFactory(factory.django.DjangoModelFactory):
+    """A cluster known only to the database (for tests that never reach a backend)."""
+
+    class Meta:
+        model = "compute.Cluster"
+
+    name = factory.Sequence(lambda n: f"cluster-{n}")
+    is_default = True
+    config = factory.LazyFunction(lambda: {"restd_url": "http://127.0.0.1:9"})
+
+    @factory.post_generation
+    def with_nodes(obj, create, extracted, **kwargs):
+        from apps.compute.models import Node, Partition
+
+        if not create or extracted is False:
+            return
+        names = ["n1", "n2"]
+        Partition.objects.create(cluster=obj, name="gpu", is_default=True, node_names=names)
+        for name in names:
+            Node.objects.create(
+                cluster=obj,
+                name=name,
+                cpus=8,
+                memory_mb=16384,
+                accelerators={"gpu": {"": 4}},
+                partitions=["gpu"],
+                state="IDLE",
+            )
+
+
+def make_job(*, project, user, state="PENDING", gpus_per_node=1, cluster=None, **spec_overrides):
+    """A job row with a valid, normalised spec, without going through admission."""
+    from apps.jobs.models import Job
+    from apps.jobs.spec import JobSpecSerializer, normalise, totals
+
+    data = {
+        "project": str(project.id),
+        "name": "job",
+        "command": ["true"],
+        "resources": {"gpus_per_node": gpus_per_node},
+        **spec_overrides,
+    }
+    serializer = JobSpecSerializer(data=data)
+    serializer.is_valid(raise_exception=True)
+    spec = normalise(dict(serializer.validated_data))
+    return Job.objects.create(
+        tenant=project.tenant,
+        project=project,
+        user=user,
+        name=spec["name"],
+        spec=spec,
+        state=state,
+        cluster=cluster,
+        partition="gpu",
+        **totals(spec),
+    )

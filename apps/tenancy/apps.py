@@ -9,3 +9,4 @@ class TenancyConfig(AppConfig):
     def ready(self) -> None:
         # Sign-ins are Django's own events; auditing them is the only signal use here.
         from apps.tenancy import signin_audit  # noqa: F401
+        from apps.tenancy.api import schema  # noqa: F401  (OpenAPI extension registration)

@@ -26,6 +26,17 @@ MATRIX: dict[tuple[str, str], Role] = {
     ("token", "delete"): Role.VIEWER,
     ("token", "manage-others"): Role.ADMIN,
     ("audit-event", "read"): Role.ADMIN,
+    # Jobs: members run them in projects they belong to (checked by the jobs service too);
+    # their owner or an admin cancels and restarts them.
+    ("job", "read"): Role.VIEWER,
+    ("job", "create"): Role.MEMBER,
+    ("job", "cancel"): Role.MEMBER,
+    ("job", "restart"): Role.MEMBER,
+    ("quota", "read"): Role.VIEWER,
+    ("quota", "create"): Role.ADMIN,
+    ("quota", "update"): Role.ADMIN,
+    ("quota", "delete"): Role.ADMIN,
+    ("usage", "read"): Role.VIEWER,
 }
 
 

@@ -49,3 +49,9 @@ def test_docs_page_is_served_without_external_assets(db):
     html = response.content.decode()
     assert "swagger-ui" in html
     assert "cdn." not in html and "unpkg" not in html
+
+
+def test_schema_generates_without_warnings():
+    from django.core.management import call_command
+
+    call_command("spectacular", "--validate", "--fail-on-warn", "--file", "/dev/null")

@@ -3,14 +3,15 @@
 import pytest
 from django.urls import reverse
 
+from apps.quotas.models import Quota
 from apps.tenancy.models import ROLE_RANK, AccessToken, Membership, ProjectMember, Role
 from apps.tenancy.policies import MATRIX
 from apps.tenancy.services import token_create
 from tests.conftest import ROLES, bearer_client
-from tests.factories import MembershipFactory, UserFactory
+from tests.factories import MembershipFactory, UserFactory, make_job
 
 
-def _request(world, role, resource, action):
+def _request(world, role, resource, action, cluster=None):
     """Perform (resource, action) in the acme tenant as `role`; return the response."""
     client = world.client(role)
     tenant, project = world.tenant, world.project
@@ -27,6 +28,10 @@ def _request(world, role, resource, action):
         ),
         "token": reverse("token-detail", kwargs={"pk": own_token.pk}),
     }.get(resource)
+    if resource in ("job", "quota"):
+        return _request_jobs(world, role, resource, action, cluster)
+    if resource == "usage":
+        return client.get(reverse("usage"))
     match (resource, action):
         case (_, "read") if resource != "audit-event":
             return client.get(url)
@@ -60,14 +65,36 @@ def _request(world, role, resource, action):
     raise AssertionError(f"no request for {resource}/{action}")
 
 
+def _request_jobs(world, role, resource, action, cluster):
+    client = world.client(role)
+    user = world.users[role]
+    if resource == "quota":
+        quota = Quota.objects.create(tenant=world.tenant, project=world.project, gpus=8)
+        url = reverse("quota-detail", kwargs={"pk": quota.pk})
+        return {
+            "read": lambda: client.get(url),
+            "create": lambda: client.post(reverse("quota-list"), {"gpus": 4}),
+            "update": lambda: client.patch(url, {"gpus": 16}),
+            "delete": lambda: client.delete(url),
+        }[action]()
+    if action == "create":
+        body = {"project": str(world.project.pk), "name": "hello", "command": ["true"]}
+        return client.post(reverse("job-list"), body)
+    state = "FAILED" if action == "restart" else "PENDING"
+    job = make_job(project=world.project, user=user, state=state, cluster=cluster)
+    if action == "read":
+        return client.get(reverse("job-detail", kwargs={"pk": job.pk}))
+    return client.post(reverse(f"job-{action}", kwargs={"pk": job.pk}))
+
+
 CELLS = [(resource, action, role) for (resource, action) in MATRIX for role in ROLES]
 
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(("resource", "action", "role"), CELLS)
-def test_role_matrix_cell(acme, resource, action, role):
+def test_role_matrix_cell(acme, cluster, resource, action, role):
     expected = ROLE_RANK[role] >= ROLE_RANK[MATRIX[(resource, action)]]
-    response = _request(acme, role, resource, action)
+    response = _request(acme, role, resource, action, cluster)
     if expected:
         assert response.status_code in (200, 201, 204), response.content
     elif (resource, action) == ("token", "manage-others"):
@@ -86,6 +113,9 @@ def test_matrix_covers_every_resource_and_verb():
         "project-member",
         "token",
         "audit-event",
+        "job",
+        "quota",
+        "usage",
     }
 
 

@@ -12,12 +12,12 @@ class TenantFilterMixin(django_filters.FilterSet):
 
     def filter_tenant(self, queryset, name, value):
         path = queryset.model.tenant_path
-        field = "id" if _is_uuid(value) else "slug"
+        field = "id" if is_uuid(value) else "slug"
         prefix = "" if path == "id" else f"{path}__"
         return queryset.filter(**{f"{prefix}{field}": value})
 
 
-def _is_uuid(value: str) -> bool:
+def is_uuid(value: str) -> bool:
     try:
         uuid.UUID(str(value))
     except ValueError:

@@ -1,0 +1,95 @@
+"""Clusters, nodes and accelerator types: platform infrastructure, readable by every user."""
+
+import django_filters
+from rest_framework import serializers, viewsets
+
+from apps.compute.models import AcceleratorType, Cluster, Node, Partition
+
+
+class PartitionSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Partition
+        fields = ["name", "is_default", "state", "max_time_minutes", "node_names"]
+        read_only_fields = fields
+
+
+class ClusterSerializer(serializers.ModelSerializer):
+    partitions = PartitionSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = Cluster
+        fields = [
+            "id",
+            "name",
+            "backend",
+            "is_default",
+            "supports_containers",
+            "healthy",
+            "last_error",
+            "last_synced_at",
+            "last_reconciled_at",
+            "partitions",
+        ]
+        read_only_fields = fields
+
+
+class NodeSerializer(serializers.ModelSerializer):
+    cluster = serializers.CharField(source="cluster.name", read_only=True)
+
+    class Meta:
+        model = Node
+        fields = [
+            "id",
+            "cluster",
+            "name",
+            "address",
+            "partitions",
+            "cpus",
+            "memory_mb",
+            "accelerators",
+            "accelerators_in_use",
+            "state",
+            "reason",
+            "updated_at",
+        ]
+        read_only_fields = fields
+
+
+class AcceleratorTypeSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = AcceleratorType
+        fields = ["id", "name", "vendor", "gres_name", "resource_name", "visible_devices_env"]
+        read_only_fields = fields
+
+
+class NodeFilter(django_filters.FilterSet):
+    cluster = django_filters.CharFilter(field_name="cluster__name")
+    state = django_filters.CharFilter(lookup_expr="icontains")
+    partition = django_filters.CharFilter(method="filter_partition")
+
+    class Meta:
+        model = Node
+        fields = ["cluster", "state", "partition"]
+
+    def filter_partition(self, queryset, name, value):
+        return queryset.filter(partitions__contains=[value])
+
+
+class ClusterViewSet(viewsets.ReadOnlyModelViewSet):
+    queryset = Cluster.objects.prefetch_related("partitions")
+    serializer_class = ClusterSerializer
+    filterset_fields = ["backend", "name"]
+    ordering_fields = ["name", "created_at"]
+
+
+class NodeViewSet(viewsets.ReadOnlyModelViewSet):
+    queryset = Node.objects.select_related("cluster")
+    serializer_class = NodeSerializer
+    filterset_class = NodeFilter
+    ordering_fields = ["name", "created_at"]
+
+
+class AcceleratorTypeViewSet(viewsets.ReadOnlyModelViewSet):
+    queryset = AcceleratorType.objects.all()
+    serializer_class = AcceleratorTypeSerializer
+    ordering_fields = ["name", "created_at"]

@@ -1,0 +1,53 @@
+#!/bin/bash
+# Torus batch launcher. This text is identical for every job: all job-specific values arrive
+# as environment data (TORUS_*), so nothing a user writes is ever read as script or directive.
+set -euo pipefail
+
+case "${TORUS_ENV_KIND:-none}" in
+  venv) export VIRTUAL_ENV="$TORUS_ENV_PATH" PATH="$TORUS_ENV_PATH/bin:$PATH" ;;
+  conda) export CONDA_PREFIX="$TORUS_ENV_PATH" PATH="$TORUS_ENV_PATH/bin:$PATH" ;;
+esac
+
+first_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+addr=$(scontrol show node "$first_node" -o | sed -n 's/.* NodeAddr=\([^ ]*\).*/\1/p')
+export MASTER_ADDR="${addr:-$first_node}"
+export MASTER_PORT="${TORUS_MASTER_PORT:-$((20000 + SLURM_JOB_ID % 20000))}"
+export WORLD_SIZE=$((SLURM_NNODES * TORUS_TASKS_PER_NODE))
+
+# Run inside every task: rebuild the argv from base64 words (data, never evaluated), set the
+# rank variables from Slurm's, then exec the program.
+read -r -d '' TORUS_TASK_SH <<'TASK' || true
+set -euo pipefail
+decode() { local out; out=$(printf '%s' "$1" | base64 -d; printf x); printf '%s' "${out%x}"; }
+args=()
+if [[ -n "${TORUS_SCRIPT_B64:-}" ]]; then
+  args=(bash -c "$(decode "$TORUS_SCRIPT_B64")" torus-script)
+else
+  for word in $TORUS_ARGV_B64; do args+=("$(decode "$word")"); done
+fi
+export NODE_RANK="${SLURM_NODEID:-0}"
+case "$TORUS_LAUNCHER" in
+  torchrun)
+    exec torchrun --no-python --nnodes="$SLURM_NNODES" --nproc-per-node="$TORUS_TASKS_PER_NODE" \
+      --node-rank="$NODE_RANK" --master-addr="$MASTER_ADDR" --master-port="$MASTER_PORT" \
+      "${args[@]}" ;;
+  mpirun)
+    export RANK="${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}"
+    export LOCAL_RANK="${OMPI_COMM_WORLD_LOCAL_RANK:-${MPI_LOCALRANKID:-0}}" ;;
+  *)
+    export RANK="$SLURM_PROCID" LOCAL_RANK="$SLURM_LOCALID" ;;
+esac
+exec "${args[@]}"
+TASK
+export TORUS_TASK_SH
+
+case "$TORUS_LAUNCHER" in
+  torchrun)
+    exec srun --kill-on-bad-exit=1 --export=ALL --ntasks="$SLURM_NNODES" --ntasks-per-node=1 \
+      bash -c "$TORUS_TASK_SH" ;;
+  mpirun)
+    exec mpirun -np "$WORLD_SIZE" bash -c "$TORUS_TASK_SH" ;;
+  *)
+    exec srun --kill-on-bad-exit=1 --export=ALL --ntasks="$WORLD_SIZE" \
+      --ntasks-per-node="$TORUS_TASKS_PER_NODE" bash -c "$TORUS_TASK_SH" ;;
+esac

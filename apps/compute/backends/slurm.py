@@ -1,0 +1,354 @@
+"""The Slurm backend: slurmrestd (JWT) for submit, queue and inventory; sbatch and sacct as
+fallbacks. Every call here is one RPC to the controller, whatever the number of jobs."""
+
+import os
+import subprocess
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import jwt
+
+from apps.compute.backends.base import (
+    BackendJob,
+    ClusterUnavailable,
+    NodeInfo,
+    PartitionInfo,
+    Submission,
+    SubmitRejected,
+)
+from apps.compute.hostlist import expand
+from apps.compute.models import Cluster
+
+LAUNCHER = (Path(__file__).with_name("launcher.sh")).read_text()
+TAG_PREFIX = "torus:"
+
+# Slurm's job state words -> the attempt states of apps/jobs/models.py.
+OUTCOMES = {
+    "PENDING": "SUBMITTED",
+    "CONFIGURING": "SUBMITTED",
+    "REQUEUED": "SUBMITTED",
+    "REQUEUE_FED": "SUBMITTED",
+    "REQUEUE_HOLD": "SUBMITTED",
+    "RESV_DEL_HOLD": "SUBMITTED",
+    "SUSPENDED": "RUNNING",
+    "RUNNING": "RUNNING",
+    "COMPLETING": "RUNNING",
+    "STAGE_OUT": "RUNNING",
+    "SIGNALING": "RUNNING",
+    "COMPLETED": "SUCCEEDED",
+    "FAILED": "FAILED",
+    "OUT_OF_MEMORY": "FAILED",
+    "SPECIAL_EXIT": "FAILED",
+    "CANCELLED": "CANCELLED",
+    "REVOKED": "CANCELLED",
+    "TIMEOUT": "TIMEOUT",
+    "DEADLINE": "TIMEOUT",
+    "NODE_FAIL": "NODE_FAIL",
+    "BOOT_FAIL": "NODE_FAIL",
+    "PREEMPTED": "PREEMPTED",
+}
+
+_clients: dict[str, httpx.Client] = {}
+_clients_lock = threading.Lock()
+
+
+def render_request(submission: Submission) -> dict:
+    """The slurmrestd job-submit body. User values only ever appear as JSON data."""
+    job: dict = {
+        "name": submission.name,
+        "comment": submission.tag,
+        "environment": dict(submission.environment),
+        "current_working_directory": submission.working_dir,
+        "standard_output": submission.stdout_path,
+        "standard_error": submission.stderr_path,
+        "nodes": [submission.nodes, submission.nodes],
+        "tasks": submission.nodes * submission.tasks_per_node,
+        "tasks_per_node": submission.tasks_per_node,
+        "cpus_per_task": submission.cpus_per_task,
+        "memory_per_node": submission.memory_mb_per_node,
+        "time_limit": submission.time_limit_minutes,
+        "requeue": False,  # the platform restarts failed attempts itself, from checkpoints
+    }
+    if submission.partition:
+        job["partition"] = submission.partition
+    if submission.accelerators_per_node:
+        job["gres"] = gres_request(submission)
+    # openapi/v0.0.38 has no field for excluded nodes: such attempts go through sbatch.
+    return {"script": LAUNCHER, "job": job}
+
+
+def gres_request(submission: Submission) -> str:
+    """Per-node generic resources, e.g. 'gpu:2' or 'gpu:a100:2'."""
+    parts = [submission.accelerator]
+    if submission.accelerator_type:
+        parts.append(submission.accelerator_type)
+    return ":".join([*parts, str(submission.accelerators_per_node)])
+
+
+def sbatch_argv(submission: Submission) -> list[str]:
+    """The same request as sbatch arguments (each value one argv item, never shell text)."""
+    argv = [
+        "sbatch",
+        "--parsable",
+        "--export=ALL",
+        "--no-requeue",
+        f"--job-name={submission.name}",
+        f"--comment={submission.tag}",
+        f"--chdir={submission.working_dir}",
+        f"--output={submission.stdout_path}",
+        f"--error={submission.stderr_path}",
+        f"--nodes={submission.nodes}",
+        f"--ntasks-per-node={submission.tasks_per_node}",
+        f"--cpus-per-task={submission.cpus_per_task}",
+        f"--mem={submission.memory_mb_per_node}M",
+        f"--time={submission.time_limit_minutes}",
+    ]
+    if submission.partition:
+        argv.append(f"--partition={submission.partition}")
+    if submission.accelerators_per_node:
+        argv.append(f"--gres={gres_request(submission)}")
+    if submission.exclude_nodes:
+        argv.append(f"--exclude={','.join(submission.exclude_nodes)}")
+    return argv
+
+
+def _epoch(value) -> datetime | None:
+    if isinstance(value, dict):  # newer API versions wrap numbers
+        value = value.get("number") if value.get("set", True) else None
+    if not value:
+        return None
+    return datetime.fromtimestamp(int(value), tz=UTC)
+
+
+def _wait_status(raw) -> tuple[int | None, int | None]:
+    """slurmrestd's exit_code is the raw wait status: exit code << 8 | signal."""
+    if raw is None:
+        return None, None
+    raw = int(raw)
+    return raw >> 8, (raw & 0x7F) or None
+
+
+class SlurmBackend:
+    def __init__(self, cluster: Cluster):
+        config = cluster.config or {}
+        self.cluster = cluster
+        self.url = config.get("restd_url", "http://127.0.0.1:16820").rstrip("/")
+        self.version = config.get("api_version", "v0.0.38")
+        self.user = config.get("user", "root")
+        self.jwt_key_path = config.get("jwt_key_path", "")
+        self.slurm_conf = config.get("slurm_conf", "")
+        self.timeout = float(config.get("timeout", 20))
+
+    # -- transport ---------------------------------------------------------------------
+
+    def _token(self) -> str:
+        try:
+            key = Path(self.jwt_key_path).read_bytes()
+        except OSError as exc:
+            raise ClusterUnavailable(f"cannot read the JWT key {self.jwt_key_path}: {exc}") from exc
+        now = int(time.time())
+        return jwt.encode({"iat": now, "exp": now + 3600, "sun": self.user}, key, "HS256")
+
+    def _client(self) -> httpx.Client:
+        with _clients_lock:
+            client = _clients.get(self.url)
+            if client is None or client.is_closed:
+                client = httpx.Client(
+                    base_url=self.url,
+                    timeout=self.timeout,
+                    limits=httpx.Limits(max_connections=16, max_keepalive_connections=16),
+                )
+                _clients[self.url] = client
+            return client
+
+    def _call(self, method: str, path: str, *, json=None) -> dict:
+        headers = {"X-SLURM-USER-NAME": self.user, "X-SLURM-USER-TOKEN": self._token()}
+        try:
+            response = self._client().request(
+                method, f"/slurm/{self.version}{path}", json=json, headers=headers
+            )
+        except httpx.HTTPError as exc:
+            raise ClusterUnavailable(f"slurmrestd at {self.url}: {exc}") from exc
+        try:
+            body = response.json()
+        except ValueError:
+            body = {}
+        errors = [e for e in body.get("errors", []) if e.get("error_number") or e.get("error")]
+        if not errors and response.status_code < 400:
+            return body
+        message = (
+            "; ".join(str(e.get("error") or e.get("description") or e) for e in errors)
+            or f"HTTP {response.status_code}"
+        )
+        # Slurm's own error numbers (2000s: the request; 9000s: its parsing) refuse this
+        # request for good; anything else (auth, controller down, bare 5xx) is transient.
+        numbers = [int(e.get("error_number") or 0) for e in errors]
+        if any(2000 <= n < 3000 or 9000 <= n < 10000 for n in numbers):
+            raise SubmitRejected(message)
+        raise ClusterUnavailable(f"slurmrestd: {message}")
+
+    def _run(self, argv: list[str], *, env: dict | None = None, stdin: str | None = None) -> str:
+        base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "SLURM_CONF": self.slurm_conf}
+        try:
+            result = subprocess.run(  # noqa: S603 (argv list, no shell)
+                argv,
+                input=stdin,
+                capture_output=True,
+                text=True,
+                timeout=self.timeout,
+                env={**base, **(env or {})},
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise ClusterUnavailable(f"{argv[0]}: {exc}") from exc
+        if result.returncode != 0:
+            message = result.stderr.strip() or f"{argv[0]} exited {result.returncode}"
+            if "Unable to contact" in message or "Connection refused" in message:
+                raise ClusterUnavailable(message)
+            raise SubmitRejected(message)
+        return result.stdout
+
+    # -- the interface -----------------------------------------------------------------
+
+    def submit(self, submission: Submission) -> str:
+        if submission.exclude_nodes:
+            return self.submit_with_sbatch(submission)
+        try:
+            body = self._call("POST", "/job/submit", json=render_request(submission))
+        except ClusterUnavailable:
+            return self.submit_with_sbatch(submission)
+        return str(body["job_id"])
+
+    def submit_with_sbatch(self, submission: Submission) -> str:
+        out = self._run(sbatch_argv(submission), env=submission.environment, stdin=LAUNCHER)
+        return out.strip().split(";")[0]
+
+    def jobs(self) -> list[BackendJob]:
+        body = self._call("GET", "/jobs")
+        found = []
+        for job in body.get("jobs", []):
+            comment = job.get("comment") or ""
+            if not comment.startswith(TAG_PREFIX):
+                continue
+            exit_code, signal = _wait_status(job.get("exit_code"))
+            found.append(
+                BackendJob(
+                    backend_id=str(job["job_id"]),
+                    tag=comment,
+                    state=str(job.get("job_state", "")).upper(),
+                    reason=str(job.get("state_reason") or ""),
+                    nodes=expand(job.get("nodes") or ""),
+                    exit_code=exit_code,
+                    signal=signal,
+                    started_at=_epoch(job.get("start_time")),
+                    ended_at=_epoch(job.get("end_time")),
+                )
+            )
+        return found
+
+    def accounting(self, *, tags: set[str], since: datetime) -> list[BackendJob]:
+        if not tags:
+            return []
+        out = self._run(
+            [
+                "sacct",
+                "-a",
+                "-X",
+                "-P",
+                "-n",
+                "--duplicates",
+                "-S",
+                since.strftime("%Y-%m-%dT%H:%M:%S"),
+                "-o",
+                "JobID,State,ExitCode,Comment,NodeList,Start,End,Reason",
+            ]
+        )
+        found = []
+        for line in out.splitlines():
+            parts = line.split("|")
+            if len(parts) < 8 or parts[3] not in tags:
+                continue
+            code, _, signal = parts[2].partition(":")
+            found.append(
+                BackendJob(
+                    backend_id=parts[0],
+                    tag=parts[3],
+                    state=parts[1].split()[0].upper(),
+                    reason=parts[7] if parts[7] != "None" else "",
+                    nodes=expand(parts[4]) if parts[4] != "None assigned" else [],
+                    exit_code=int(code) if code.isdigit() else None,
+                    signal=int(signal) if signal.isdigit() and int(signal) else None,
+                    started_at=_parse_time(parts[5]),
+                    ended_at=_parse_time(parts[6]),
+                )
+            )
+        return found
+
+    def cancel(self, backend_id: str) -> None:
+        self._call("DELETE", f"/job/{int(backend_id)}")
+
+    def inventory(self) -> tuple[list[PartitionInfo], list[NodeInfo]]:
+        nodes_body = self._call("GET", "/nodes")
+        parts_body = self._call("GET", "/partitions")
+        nodes = [
+            NodeInfo(
+                name=node["name"],
+                address=node.get("address") or "",
+                partitions=list(node.get("partitions") or []),
+                cpus=int(node.get("cpus") or 0),
+                memory_mb=int(node.get("real_memory") or 0),
+                accelerators=parse_gres(node.get("gres") or ""),
+                accelerators_in_use=parse_gres(node.get("gres_used") or ""),
+                state=str(node.get("state") or "").upper(),
+                reason=str(node.get("reason") or ""),
+            )
+            for node in nodes_body.get("nodes", [])
+        ]
+        partitions = [
+            PartitionInfo(
+                name=p["name"],
+                is_default="default" in [f.lower() for f in p.get("flags", [])],
+                state=str(p.get("state") or "").upper(),
+                max_time_minutes=_max_time(p.get("maximum_time")),
+                node_names=expand(p.get("nodes") or ""),
+            )
+            for p in parts_body.get("partitions", [])
+        ]
+        return partitions, nodes
+
+    def attempt_outcome(self, job: BackendJob) -> str:
+        return OUTCOMES.get(job.state, "SUBMITTED")
+
+
+def parse_gres(text: str) -> dict[str, dict[str, int]]:
+    """'gpu:a100:4(S:0-1),gpu:2' -> {'gpu': {'a100': 4, '': 2}} (counts only)."""
+    result: dict[str, dict[str, int]] = {}
+    for item in filter(None, (text or "").split(",")):
+        item = item.split("(")[0]
+        fields = item.split(":")
+        if len(fields) < 2 or not fields[-1].isdigit():
+            continue
+        name, count = fields[0], int(fields[-1])
+        kind = fields[1] if len(fields) == 3 else ""
+        result.setdefault(name, {})
+        result[name][kind] = result[name].get(kind, 0) + count
+    return result
+
+
+def _max_time(value) -> int | None:
+    if isinstance(value, dict):
+        if value.get("infinite") or not value.get("set", True):
+            return None
+        value = value.get("number")
+    if value in (None, "", "UNLIMITED") or (isinstance(value, int) and value >= 0xFFFFFFFE):
+        return None
+    return int(value)
+
+
+def _parse_time(value: str) -> datetime | None:
+    if not value or value in ("Unknown", "None"):
+        return None
+    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC)

@@ -1,0 +1,89 @@
+"""Job responses. Requests are validated by apps/jobs/spec.py."""
+
+from rest_framework import serializers
+
+from apps.jobs.models import Job, JobAttempt, JobEvent
+
+
+class JobEventSerializer(serializers.ModelSerializer):
+    attempt = serializers.IntegerField(source="attempt.number", default=None, read_only=True)
+
+    class Meta:
+        model = JobEvent
+        fields = ["created_at", "from_state", "to_state", "reason", "attempt"]
+        read_only_fields = fields
+
+
+class JobAttemptSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = JobAttempt
+        fields = [
+            "id",
+            "number",
+            "state",
+            "backend_id",
+            "backend_state",
+            "backend_reason",
+            "nodes",
+            "excluded_nodes",
+            "resume_from",
+            "submitted_at",
+            "started_at",
+            "ended_at",
+            "exit_code",
+            "signal",
+            "reason",
+            "stdout_path",
+            "stderr_path",
+            "gpu_seconds",
+            "cpu_seconds",
+        ]
+        read_only_fields = fields
+
+
+class JobSerializer(serializers.ModelSerializer):
+    project = serializers.UUIDField(source="project_id", read_only=True)
+    project_slug = serializers.CharField(source="project.slug", read_only=True)
+    user = serializers.CharField(source="user.username", read_only=True)
+    cluster = serializers.CharField(source="cluster.name", default=None, read_only=True)
+
+    class Meta:
+        model = Job
+        fields = [
+            "id",
+            "name",
+            "kind",
+            "project",
+            "project_slug",
+            "user",
+            "state",
+            "state_reason",
+            "queue_position",
+            "priority",
+            "labels",
+            "gpus",
+            "cpus",
+            "memory_mb",
+            "cluster",
+            "partition",
+            "restart_count",
+            "cancel_requested",
+            "checkpoint_dir",
+            "latest_checkpoint",
+            "exit_code",
+            "created_at",
+            "admitted_at",
+            "started_at",
+            "finished_at",
+        ]
+        read_only_fields = fields
+
+
+class JobDetailSerializer(JobSerializer):
+    spec = serializers.JSONField(read_only=True)
+    attempts = JobAttemptSerializer(many=True, read_only=True)
+    events = JobEventSerializer(many=True, read_only=True)
+
+    class Meta(JobSerializer.Meta):
+        fields = [*JobSerializer.Meta.fields, "spec", "attempts", "events"]
+        read_only_fields = fields

@@ -1,0 +1,58 @@
+"""Job endpoints: submit (JSON or YAML), list with filters, detail, cancel, restart."""
+
+from django.core.exceptions import ValidationError
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status
+from rest_framework.decorators import action
+from rest_framework.parsers import JSONParser
+from rest_framework.response import Response
+
+from apps.core.api.parsers import YAMLParser
+from apps.core.api.views import TenantScopedViewSet
+from apps.jobs import services
+from apps.jobs.api.filters import JobFilter
+from apps.jobs.api.serializers import JobDetailSerializer, JobSerializer
+from apps.jobs.models import Job
+from apps.jobs.spec import JobSpecSerializer
+from apps.tenancy.models import Project
+
+
+class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet):
+    resource = "job"
+    queryset = Job.objects.select_related("project", "user", "cluster")
+    serializer_class = JobSerializer
+    filterset_class = JobFilter
+    ordering_fields = ["created_at", "priority", "state", "name"]
+    parser_classes = [JSONParser, YAMLParser]
+
+    def get_queryset(self):
+        queryset = super().get_queryset()
+        if self.action == "retrieve":
+            queryset = queryset.prefetch_related("attempts", "events__attempt")
+        return queryset
+
+    def get_serializer_class(self):
+        return JobDetailSerializer if self.action != "list" else JobSerializer
+
+    @extend_schema(request=JobSpecSerializer, responses={201: JobDetailSerializer})
+    def create(self, request, *args, **kwargs):
+        spec = JobSpecSerializer(data=request.data)
+        spec.is_valid(raise_exception=True)
+        data = dict(spec.validated_data)
+        project = Project.objects.visible_to(self.actor).filter(pk=data["project"]).first()
+        if project is None:
+            raise ValidationError({"project": ["Project not found."]})
+        job = services.job_submit(actor=self.actor, project=project, spec=data)
+        return Response(JobDetailSerializer(job).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses=JobDetailSerializer)
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        job = services.job_cancel(actor=self.actor, job=self.get_object())
+        return Response(JobDetailSerializer(job).data)
+
+    @extend_schema(request=None, responses=JobDetailSerializer)
+    @action(detail=True, methods=["post"])
+    def restart(self, request, pk=None):
+        job = services.job_restart(actor=self.actor, job=self.get_object())
+        return Response(JobDetailSerializer(job).data)

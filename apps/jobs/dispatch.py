@@ -1,0 +1,205 @@
+"""The dispatcher: submits admitted attempts to their cluster, in batches, exactly once.
+
+An attempt is claimed (QUEUED -> SUBMITTING) in one committed UPDATE before the backend is
+called, so a duplicated dispatch finds nothing to claim. If a worker dies after the backend
+accepted a job but before its id was recorded, the attempt stays SUBMITTING; after a grace
+period the next pass looks its tag up on the cluster and adopts the orphan, or resubmits if
+the cluster never got it.
+"""
+
+import base64
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from apps.compute.backends import for_cluster
+from apps.compute.backends.base import ClusterUnavailable, Submission, SubmitRejected
+from apps.compute.models import Cluster
+from apps.jobs import paths
+from apps.jobs.models import AttemptState, Job, JobAttempt
+from apps.jobs.states import State
+
+logger = logging.getLogger(__name__)
+BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def _b64(value: str) -> str:
+    return base64.b64encode(value.encode()).decode()
+
+
+def build_submission(attempt: JobAttempt, cluster: Cluster) -> Submission:
+    """The backend request for an attempt. Every user value goes into `environment` as data."""
+    job = attempt.job
+    spec = job.spec
+    r, command, env_spec = spec["resources"], spec["command"], spec["environment"]
+    workdir = spec.get("working_dir") or str(paths.job_dir(job))
+    environment = {
+        "PATH": BASE_PATH,
+        "LANG": "C.UTF-8",
+        "HOME": str(paths.job_dir(job)),
+        **spec.get("env", {}),
+        "TORUS_JOB_ID": str(job.id),
+        "TORUS_JOB_NAME": job.name,
+        "TORUS_ATTEMPT_ID": str(attempt.id),
+        "TORUS_ATTEMPT": str(attempt.number),
+        "TORUS_PROJECT": job.project.slug,
+        "TORUS_CHECKPOINT_DIR": job.checkpoint_dir,
+        "TORUS_LAUNCHER": spec["distributed"]["launcher"],
+        "TORUS_TASKS_PER_NODE": str(r["tasks_per_node"]),
+        "TORUS_ENV_KIND": env_spec["type"],
+        "TORUS_ENV_PATH": env_spec.get("path", ""),
+    }
+    if cluster.config.get("slurm_conf"):
+        environment["SLURM_CONF"] = cluster.config["slurm_conf"]
+    if attempt.resume_from:
+        environment["TORUS_RESUME_FROM"] = attempt.resume_from
+    if "master_port" in spec["distributed"]:
+        environment["TORUS_MASTER_PORT"] = str(spec["distributed"]["master_port"])
+    if "argv" in command:
+        environment["TORUS_ARGV_B64"] = " ".join(_b64(arg) for arg in command["argv"])
+    else:
+        environment["TORUS_SCRIPT_B64"] = _b64(command["script"])
+    return Submission(
+        tag=attempt.tag,
+        name=job.name,
+        environment=environment,
+        nodes=r["nodes"],
+        tasks_per_node=r["tasks_per_node"],
+        cpus_per_task=r["cpus_per_task"],
+        memory_mb_per_node=r["memory"],
+        time_limit_minutes=r["time_limit"],
+        accelerator=r["accelerator"],
+        accelerators_per_node=r["gpus_per_node"],
+        accelerator_type=r.get("gpu_type"),
+        partition=job.partition or None,
+        exclude_nodes=tuple(attempt.excluded_nodes),
+        working_dir=workdir,
+        stdout_path=attempt.stdout_path,
+        stderr_path=attempt.stderr_path,
+    )
+
+
+def mark_submitted(*, attempt_id, backend_id: str, adopted: bool = False) -> None:
+    from apps.jobs.services import job_transition
+
+    with transaction.atomic():
+        attempt = JobAttempt.objects.select_for_update().get(pk=attempt_id)
+        if attempt.state != AttemptState.SUBMITTING:
+            return
+        job = Job.objects.select_for_update().get(pk=attempt.job_id)
+        attempt.state, attempt.backend_id = AttemptState.SUBMITTED, backend_id
+        attempt.submitted_at = timezone.now()
+        attempt.save(update_fields=["state", "backend_id", "submitted_at", "updated_at"])
+        how = "adopted from the cluster" if adopted else "submitted"
+        if job.state == State.QUEUED:
+            job_transition(
+                job=job,
+                to=State.SUBMITTED,
+                attempt=attempt,
+                reason=f"{how} as Slurm job {backend_id}",
+            )
+
+
+def mark_rejected(*, attempt_id, message: str) -> None:
+    from apps.jobs.services import job_transition
+
+    with transaction.atomic():
+        attempt = JobAttempt.objects.select_for_update().get(pk=attempt_id)
+        job = Job.objects.select_for_update().get(pk=attempt.job_id)
+        attempt.state, attempt.ended_at, attempt.reason = (
+            AttemptState.FAILED,
+            timezone.now(),
+            message,
+        )
+        attempt.save(update_fields=["state", "ended_at", "reason", "updated_at"])
+        if job.state == State.QUEUED:
+            job_transition(
+                job=job,
+                to=State.FAILED,
+                attempt=attempt,
+                reason=f"the cluster refused the job: {message}",
+            )
+
+
+def recover_submitting(*, cluster: Cluster, backend) -> int:
+    """Adopt or release attempts left SUBMITTING by a dispatcher that died. One backend call."""
+    grace = timezone.now() - timedelta(seconds=settings.TORUS_DISPATCH_GRACE_SECONDS)
+    stale = list(
+        JobAttempt.objects.filter(
+            job__cluster=cluster, state=AttemptState.SUBMITTING, submit_started_at__lt=grace
+        )
+    )
+    if not stale:
+        return 0
+    known = {job.tag: job for job in backend.jobs()}
+    for attempt in stale:
+        found = known.get(attempt.tag)
+        if found is not None:
+            mark_submitted(attempt_id=attempt.pk, backend_id=found.backend_id, adopted=True)
+        else:
+            JobAttempt.objects.filter(pk=attempt.pk, state=AttemptState.SUBMITTING).update(
+                state=AttemptState.QUEUED, submit_started_at=None
+            )
+    return len(stale)
+
+
+def claim(*, cluster: Cluster, limit: int) -> list:
+    """Atomically move up to `limit` dispatchable attempts to SUBMITTING; their ids."""
+    now = timezone.now()
+    with transaction.atomic():
+        ids = list(
+            JobAttempt.objects.select_for_update(skip_locked=True, of=("self",))
+            .filter(job__cluster=cluster, state=AttemptState.QUEUED, job__state=State.QUEUED)
+            .order_by("created_at")
+            .values_list("pk", flat=True)[:limit]
+        )
+        JobAttempt.objects.filter(pk__in=ids).update(
+            state=AttemptState.SUBMITTING, submit_started_at=now
+        )
+    return ids
+
+
+def dispatch_cluster(*, cluster_id, limit: int = 500) -> int:
+    """Submit every dispatchable attempt of a cluster; the number submitted."""
+    cluster = Cluster.objects.get(pk=cluster_id)
+    backend = for_cluster(cluster)
+    try:
+        recover_submitting(cluster=cluster, backend=backend)
+    except ClusterUnavailable as exc:
+        logger.warning("cluster %s unavailable: %s", cluster.name, exc)
+        return 0
+    total = 0
+    while ids := claim(cluster=cluster, limit=limit):
+        attempts = list(
+            JobAttempt.objects.filter(pk__in=ids).select_related(
+                "job", "job__tenant", "job__project"
+            )
+        )
+        requests = [(a.pk, build_submission(a, cluster)) for a in attempts]
+
+        def submit(item):
+            attempt_id, submission = item
+            try:
+                return attempt_id, backend.submit(submission), None
+            except (ClusterUnavailable, SubmitRejected) as exc:
+                return attempt_id, None, exc
+
+        with ThreadPoolExecutor(max_workers=settings.TORUS_DISPATCH_THREADS) as pool:
+            results = list(pool.map(submit, requests))
+        for attempt_id, backend_id, error in results:
+            if backend_id:
+                mark_submitted(attempt_id=attempt_id, backend_id=backend_id)
+                total += 1
+            elif isinstance(error, SubmitRejected):
+                mark_rejected(attempt_id=attempt_id, message=str(error)[:1000])
+            else:  # unknown outcome: stays SUBMITTING; recover_submitting decides later
+                logger.warning("submit of attempt %s unconfirmed: %s", attempt_id, error)
+        if any(
+            error is not None and not isinstance(error, SubmitRejected) for _, _, error in results
+        ):
+            break
+    return total

@@ -1,0 +1,153 @@
+"""Jobs, their attempts on a backend, and the timeline of their state changes."""
+
+from django.conf import settings
+from django.db import models
+
+from apps.core.models import TenantModel
+from apps.jobs.states import State
+
+
+class Kind(models.TextChoices):
+    TRAINING = "training"
+    INFERENCE = "inference"
+
+
+class Job(TenantModel):
+    tenant = models.ForeignKey("tenancy.Tenant", on_delete=models.CASCADE, related_name="jobs")
+    project = models.ForeignKey("tenancy.Project", on_delete=models.CASCADE, related_name="jobs")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs"
+    )
+    name = models.CharField(max_length=64)
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.TRAINING)
+    spec = models.JSONField()  # the validated, normalised spec (apps/jobs/spec.py)
+    labels = models.JSONField(default=dict, blank=True)
+    priority = models.IntegerField(default=0, db_index=True)
+
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
+    state_reason = models.TextField(blank=True, default="")
+    queue_position = models.PositiveIntegerField(null=True, blank=True)
+
+    # What admission reserves: totals over all nodes of the request.
+    gpus = models.PositiveIntegerField(default=0)
+    cpus = models.PositiveIntegerField(default=0)
+    memory_mb = models.PositiveIntegerField(default=0)
+
+    cluster = models.ForeignKey(
+        "compute.Cluster", null=True, blank=True, on_delete=models.PROTECT, related_name="jobs"
+    )
+    partition = models.CharField(max_length=64, blank=True, default="")
+    restart_count = models.PositiveIntegerField(default=0)
+    cancel_requested = models.BooleanField(default=False)
+    checkpoint_dir = models.CharField(max_length=1024, blank=True, default="")
+    latest_checkpoint = models.CharField(max_length=1024, blank=True, default="")
+    latest_checkpoint_at = models.DateTimeField(null=True, blank=True)
+    admitted_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            models.Index(fields=["tenant", "state"]),
+            models.Index(fields=["project", "state"]),
+            models.Index(fields=["cluster", "state"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.pk})"
+
+    @property
+    def current_attempt(self) -> "JobAttempt | None":
+        return self.attempts.order_by("-number").first()
+
+
+class AttemptState(models.TextChoices):
+    QUEUED = "QUEUED"  # waiting for the dispatcher
+    SUBMITTING = "SUBMITTING"  # the dispatcher has started talking to the backend
+    SUBMITTED = "SUBMITTED"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    TIMEOUT = "TIMEOUT"
+    NODE_FAIL = "NODE_FAIL"
+    PREEMPTED = "PREEMPTED"
+    LOST = "LOST"  # the backend no longer knows it and accounting has no record
+
+
+ATTEMPT_ENDED = frozenset(
+    {
+        AttemptState.SUCCEEDED,
+        AttemptState.FAILED,
+        AttemptState.CANCELLED,
+        AttemptState.TIMEOUT,
+        AttemptState.NODE_FAIL,
+        AttemptState.PREEMPTED,
+        AttemptState.LOST,
+    }
+)
+
+
+class JobAttempt(TenantModel):
+    """One run of a job on a backend. Its id is the tag the backend job carries."""
+
+    tenant_path = "job__tenant"
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempts")
+    number = models.PositiveIntegerField()
+    state = models.CharField(max_length=16, choices=AttemptState.choices, default="QUEUED")
+    backend_id = models.CharField(max_length=64, blank=True, default="", db_index=True)
+    backend_state = models.CharField(max_length=64, blank=True, default="")
+    backend_reason = models.CharField(max_length=255, blank=True, default="")
+    submit_started_at = models.DateTimeField(null=True, blank=True)
+    submitted_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    signal = models.IntegerField(null=True, blank=True)
+    reason = models.TextField(blank=True, default="")
+    nodes = models.JSONField(default=list, blank=True)
+    accelerators = models.JSONField(default=dict, blank=True)
+    excluded_nodes = models.JSONField(default=list, blank=True)
+    resume_from = models.CharField(max_length=1024, blank=True, default="")
+    not_before = models.DateTimeField(null=True, blank=True)  # restart backoff
+    stdout_path = models.CharField(max_length=1024, blank=True, default="")
+    stderr_path = models.CharField(max_length=1024, blank=True, default="")
+    gpu_seconds = models.FloatField(default=0)
+    cpu_seconds = models.FloatField(default=0)
+
+    class Meta:
+        ordering = ["job", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "number"], name="uniq_attempt_number")
+        ]
+        indexes = [models.Index(fields=["state"])]
+
+    def __str__(self) -> str:
+        return f"{self.job.name} #{self.number}"
+
+    @property
+    def tag(self) -> str:
+        return f"torus:{self.pk}"
+
+
+class JobEvent(TenantModel):
+    """One state change on a job's timeline."""
+
+    tenant_path = "job__tenant"
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    attempt = models.ForeignKey(
+        JobAttempt, null=True, blank=True, on_delete=models.SET_NULL, related_name="events"
+    )
+    from_state = models.CharField(max_length=16, blank=True, default="")
+    to_state = models.CharField(max_length=16)
+    reason = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.from_state or '-'} -> {self.to_state}"

@@ -1,0 +1,39 @@
+"""Where a job's files live under the platform's job root (shared with the compute nodes)."""
+
+from pathlib import Path
+
+from django.conf import settings
+
+
+def job_dir(job) -> Path:
+    return Path(settings.TORUS_JOB_ROOT) / job.tenant.slug / str(job.id)
+
+
+def checkpoint_dir(job) -> Path:
+    return job_dir(job) / "checkpoints"
+
+
+def attempt_dir(job, number: int) -> Path:
+    return job_dir(job) / f"attempt-{number}"
+
+
+def latest_checkpoint(directory: str) -> str:
+    """The newest checkpoint in a job's directory: the file named in `latest` if the job
+    wrote one, else the newest file by modification time; '' when there is none."""
+    path = Path(directory)
+    marker = path / "latest"
+    try:
+        name = marker.read_text().strip()
+    except OSError:
+        name = ""
+    if name and (path / name).is_file():
+        return str(path / name)
+    try:
+        files = [
+            p
+            for p in path.iterdir()
+            if p.is_file() and p.name != "latest" and not p.name.startswith(".")
+        ]
+    except OSError:
+        return ""
+    return str(max(files, key=lambda p: p.stat().st_mtime)) if files else ""

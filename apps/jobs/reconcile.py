@@ -1,0 +1,309 @@
+"""The reconciler: one pass per cluster moves every job to what the cluster says.
+
+A pass makes a constant number of controller calls whatever the number of jobs: the job
+list, the node list and the partition list, plus one accounting query only when a tracked
+job has left the controller's memory. A controller that does not answer fails no job.
+"""
+
+import logging
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from apps.compute.backends import for_cluster
+from apps.compute.backends.base import BackendJob, ClusterUnavailable
+from apps.compute.models import Cluster
+from apps.compute.services import inventory_store
+from apps.jobs import paths
+from apps.jobs.models import ATTEMPT_ENDED, AttemptState, Job, JobAttempt
+from apps.jobs.states import State
+from apps.quotas.services import usage_record
+
+logger = logging.getLogger(__name__)
+UNHEALTHY_NODE_WORDS = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "UNKNOWN")
+RETRY_CAUSE = {
+    AttemptState.NODE_FAIL: "node_failure",
+    AttemptState.LOST: "node_failure",
+    AttemptState.PREEMPTED: "preemption",
+}
+
+
+def _unhealthy(state: str) -> bool:
+    return any(word in state.upper() for word in UNHEALTHY_NODE_WORDS)
+
+
+def reconcile_cluster(*, cluster_id) -> dict:
+    cluster = Cluster.objects.get(pk=cluster_id)
+    backend = for_cluster(cluster)
+    stats = {"updated": 0, "ended": 0, "restarted": 0, "rpcs": 0}
+    tracked = list(
+        JobAttempt.objects.filter(
+            job__cluster=cluster,
+            state__in=[AttemptState.SUBMITTED, AttemptState.RUNNING],
+        ).select_related("job", "job__tenant", "job__project")
+    )
+    try:
+        backend_jobs = backend.jobs()
+        partitions, nodes = backend.inventory()
+        stats["rpcs"] += 3
+    except ClusterUnavailable as exc:
+        Cluster.objects.filter(pk=cluster.pk).update(healthy=False, last_error=str(exc)[:2000])
+        logger.warning("cluster %s did not answer: %s", cluster.name, exc)
+        return stats
+    inventory_store(cluster=cluster, partitions=partitions, nodes=nodes)
+    down = {node.name for node in nodes if _unhealthy(node.state)}
+    by_tag: dict[str, BackendJob] = {}
+    for job in backend_jobs:
+        known = by_tag.get(job.tag)
+        if known is None or int(job.backend_id) > int(known.backend_id):
+            by_tag[job.tag] = job
+    missing = {a.tag for a in tracked if a.tag not in by_tag}
+    if missing:
+        since = min(a.submitted_at or a.created_at for a in tracked if a.tag in missing)
+        try:
+            for job in backend.accounting(tags=missing, since=since - timedelta(minutes=5)):
+                by_tag.setdefault(job.tag, job)
+            stats["rpcs"] += 1
+        except ClusterUnavailable as exc:
+            logger.warning("accounting of %s unavailable: %s", cluster.name, exc)
+            return stats
+    tenants_with_room = set()
+    for attempt in tracked:
+        found = by_tag.get(attempt.tag)
+        if found is None:
+            age = timezone.now() - (attempt.submitted_at or attempt.created_at)
+            if age.total_seconds() < settings.TORUS_LOST_AFTER_SECONDS:
+                continue
+            found = BackendJob(
+                backend_id=attempt.backend_id,
+                tag=attempt.tag,
+                state="LOST",
+                reason="the cluster has no record of this job",
+            )
+            outcome = AttemptState.LOST
+        else:
+            outcome = backend.attempt_outcome(found)
+        result = apply(attempt_id=attempt.pk, found=found, outcome=outcome, down_nodes=down)
+        if result:
+            stats["updated"] += 1
+        if result in ("ended", "restarted"):
+            stats["ended"] += 1
+            tenants_with_room.add(attempt.job.tenant_id)
+        if result == "restarted":
+            stats["restarted"] += 1
+    release_restarts(cluster=cluster)
+    track_checkpoints(cluster=cluster)
+    cancel_requested(cluster=cluster, backend=backend, by_tag=by_tag)
+    Cluster.objects.filter(pk=cluster.pk).update(
+        healthy=True, last_error="", last_reconciled_at=timezone.now()
+    )
+    for tenant_id in tenants_with_room:
+        from apps.quotas.admission import admit_tenant
+
+        admit_tenant(tenant_id=tenant_id)
+    return stats
+
+
+def apply(*, attempt_id, found: BackendJob, outcome: str, down_nodes: set[str]) -> str:
+    """Bring one attempt (and its job) in line with the cluster. Returns what happened."""
+    from apps.jobs.services import job_transition
+
+    with transaction.atomic():
+        attempt = JobAttempt.objects.select_for_update().get(pk=attempt_id)
+        if attempt.state in ATTEMPT_ENDED:
+            return ""
+        job = Job.objects.select_for_update().select_related("tenant").get(pk=attempt.job_id)
+        changed = _copy_backend_fields(attempt, found)
+        if outcome == AttemptState.SUBMITTED:
+            if changed:
+                attempt.save()
+            shown = found.reason if found.reason not in ("", "None") else ""
+            waiting = f"waiting in Slurm: {shown}" if shown else "waiting in Slurm"
+            if job.state == State.SUBMITTED and job.state_reason != waiting:
+                job_transition(job=job, to=State.SUBMITTED, reason=waiting)
+                return "updated"
+            return "updated" if changed else ""
+        if outcome == AttemptState.RUNNING:
+            attempt.state = AttemptState.RUNNING
+            attempt.started_at = attempt.started_at or found.started_at or timezone.now()
+            attempt.save()
+            if job.state == State.SUBMITTED:
+                nodes = ",".join(attempt.nodes)
+                job_transition(
+                    job=job,
+                    to=State.RUNNING,
+                    attempt=attempt,
+                    reason=f"running on {nodes}" if nodes else "running",
+                )
+            return "updated"
+        return _finish(
+            job=job,
+            attempt=attempt,
+            outcome=outcome,
+            found=found,
+            down_nodes=down_nodes,
+            transition=job_transition,
+        )
+
+
+def _copy_backend_fields(attempt: JobAttempt, found: BackendJob) -> bool:
+    before = (attempt.backend_state, attempt.backend_reason, attempt.nodes, attempt.backend_id)
+    attempt.backend_state, attempt.backend_reason = found.state, found.reason[:255]
+    if found.nodes:
+        attempt.nodes = found.nodes
+    if found.backend_id:
+        attempt.backend_id = found.backend_id
+    return before != (
+        attempt.backend_state,
+        attempt.backend_reason,
+        attempt.nodes,
+        attempt.backend_id,
+    )
+
+
+def _finish(
+    *,
+    job: Job,
+    attempt: JobAttempt,
+    outcome: str,
+    found: BackendJob,
+    down_nodes: set[str],
+    transition,
+) -> str:
+    from apps.jobs.services import attempt_open
+
+    now = timezone.now()
+    attempt.state = outcome
+    attempt.ended_at = found.ended_at if found.ended_at and found.ended_at <= now else now
+    if attempt.started_at is None and found.started_at and found.started_at <= attempt.ended_at:
+        attempt.started_at = found.started_at
+    attempt.exit_code, attempt.signal = found.exit_code, found.signal
+    attempt.reason = _describe(outcome, found)
+    attempt.save()
+    usage_record(attempt=attempt)
+    job.exit_code = found.exit_code
+    latest = paths.latest_checkpoint(job.checkpoint_dir)
+    if latest:
+        job.latest_checkpoint, job.latest_checkpoint_at = latest, now
+    job.save(update_fields=["exit_code", "latest_checkpoint", "latest_checkpoint_at", "updated_at"])
+
+    if job.state not in (State.SUBMITTED, State.RUNNING):
+        return "ended"
+    policy = job.spec["restart_policy"]
+    cause = RETRY_CAUSE.get(outcome)
+    retryable = (cause in policy["retry_on"]) or (
+        outcome == AttemptState.FAILED and found.exit_code in policy["exit_codes"]
+    )
+    if outcome == AttemptState.SUCCEEDED:
+        transition(job=job, to=State.SUCCEEDED, attempt=attempt, reason="exit code 0")
+    elif outcome == AttemptState.CANCELLED or job.cancel_requested:
+        who = "by request" if job.cancel_requested else "on the cluster"
+        transition(job=job, to=State.CANCELLED, attempt=attempt, reason=f"cancelled {who}")
+    elif outcome == AttemptState.TIMEOUT:
+        limit = job.spec["resources"]["time_limit"]
+        transition(
+            job=job,
+            to=State.TIMEOUT,
+            attempt=attempt,
+            reason=f"time limit of {limit} minutes reached",
+        )
+    elif retryable and job.restart_count < policy["max_restarts"]:
+        failed = sorted(set(attempt.nodes) & down_nodes)
+        job.restart_count += 1
+        job.save(update_fields=["restart_count"])
+        new = attempt_open(job=job)
+        new.excluded_nodes = sorted(set(new.excluded_nodes) | set(failed))
+        new.not_before = now + timedelta(seconds=policy["backoff_seconds"])
+        new.save(update_fields=["excluded_nodes", "not_before"])
+        resume = f"resumes from {new.resume_from}" if new.resume_from else "starts afresh"
+        where = f" on {', '.join(failed)}" if failed else ""
+        transition(
+            job=job,
+            to=State.RESTARTING,
+            attempt=new,
+            reason=(
+                f"attempt {attempt.number} ended {outcome}{where}; attempt {new.number}"
+                f" (restart {job.restart_count} of {policy['max_restarts']}) {resume}"
+                + (f", avoiding {', '.join(new.excluded_nodes)}" if new.excluded_nodes else "")
+            ),
+        )
+        return "restarted"
+    else:
+        left = " (no restarts left)" if retryable else ""
+        transition(job=job, to=State.FAILED, attempt=attempt, reason=attempt.reason + left)
+    return "ended"
+
+
+def _describe(outcome: str, found: BackendJob) -> str:
+    if outcome == AttemptState.SUCCEEDED:
+        return "exit code 0"
+    if outcome == AttemptState.FAILED:
+        if found.signal:
+            return f"killed by signal {found.signal}"
+        detail = f" ({found.reason})" if found.reason and found.reason != "None" else ""
+        return f"exit code {found.exit_code}{detail}"
+    return f"{outcome.lower().replace('_', ' ')}" + (f": {found.reason}" if found.reason else "")
+
+
+def release_restarts(*, cluster: Cluster) -> int:
+    """RESTARTING jobs whose backoff is over go back to QUEUED for the dispatcher."""
+    from apps.jobs.services import job_transition
+    from apps.jobs.tasks import dispatch_cluster
+
+    now, released = timezone.now(), 0
+    due = (
+        JobAttempt.objects.filter(
+            job__cluster=cluster,
+            job__state=State.RESTARTING,
+            state=AttemptState.QUEUED,
+        )
+        .exclude(not_before__gt=now)
+        .values_list("pk", flat=True)
+    )
+    for attempt_id in due:
+        with transaction.atomic():
+            attempt = JobAttempt.objects.select_for_update().get(pk=attempt_id)
+            job = Job.objects.select_for_update().get(pk=attempt.job_id)
+            if job.state != State.RESTARTING:
+                continue
+            job_transition(
+                job=job,
+                to=State.QUEUED,
+                attempt=attempt,
+                reason=f"attempt {attempt.number} ready to dispatch",
+            )
+            released += 1
+    if released:
+        transaction.on_commit(lambda: dispatch_cluster.delay(str(cluster.pk)))
+    return released
+
+
+def track_checkpoints(*, cluster: Cluster) -> None:
+    """Record the newest checkpoint of every running job (a file read each; no RPC)."""
+    for job in Job.objects.filter(cluster=cluster, state=State.RUNNING).only(
+        "id", "checkpoint_dir", "latest_checkpoint"
+    ):
+        latest = paths.latest_checkpoint(job.checkpoint_dir)
+        if latest and latest != job.latest_checkpoint:
+            Job.objects.filter(pk=job.pk).update(
+                latest_checkpoint=latest, latest_checkpoint_at=timezone.now()
+            )
+
+
+def cancel_requested(*, cluster: Cluster, backend, by_tag: dict) -> None:
+    """Re-issue the cancel of jobs whose cancel has not reached the cluster yet."""
+    attempts = JobAttempt.objects.filter(
+        job__cluster=cluster,
+        job__cancel_requested=True,
+        state__in=[AttemptState.SUBMITTED, AttemptState.RUNNING],
+    ).exclude(backend_id="")
+    for attempt in attempts:
+        found = by_tag.get(attempt.tag)
+        if found is None or backend.attempt_outcome(found) in ATTEMPT_ENDED:
+            continue
+        try:
+            backend.cancel(attempt.backend_id)
+        except ClusterUnavailable:
+            return

@@ -1,0 +1,286 @@
+"""The job spec: validation with field-by-field errors, and normalisation with defaults.
+
+Everything a user writes is checked here, before it can reach a batch request. Values that
+are passed on (argv, environment, paths) travel as data, never as script text.
+"""
+
+import re
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from apps.core.api.serializers import StrictSerializer
+from apps.jobs.models import Kind
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+LABEL_KEY_RE = re.compile(r"^[a-z0-9](?:[a-z0-9._/-]{0,61}[a-z0-9])?$")
+LABEL_VALUE_RE = re.compile(r"^[A-Za-z0-9._-]{0,63}$")
+TOKEN_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}$")
+MEMORY_RE = re.compile(r"^(\d+)\s*([KMGT]?)i?B?$", re.IGNORECASE)
+TIME_RE = re.compile(r"^(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)$")
+
+# Set by the platform for every process; a job may not override them.
+RESERVED_ENV = {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "NODE_RANK", "LOCAL_RANK"}
+RESERVED_ENV_PREFIXES = ("SLURM_", "TORUS_")
+RETRYABLE = ("node_failure", "preemption")
+MAX_ARG = 32 * 1024
+
+
+def _no_control(value: str, *, allow_newlines: bool = False) -> str:
+    if "\x00" in value:
+        raise serializers.ValidationError("Must not contain NUL characters.")
+    if not allow_newlines and ("\n" in value or "\r" in value):
+        raise serializers.ValidationError("Must not contain newlines.")
+    return value
+
+
+def _absolute_path(value: str) -> str:
+    _no_control(value)
+    if not value.startswith("/"):
+        raise serializers.ValidationError("Must be an absolute path.")
+    if len(value) > 1024:
+        raise serializers.ValidationError("At most 1024 characters.")
+    return value
+
+
+def parse_memory_mb(value) -> int:
+    """'4G', '512M', '2T' or a number of MiB -> MiB."""
+    if isinstance(value, bool):
+        raise serializers.ValidationError("Give a size such as '4G' or a number of MiB.")
+    if isinstance(value, int):
+        mb = value
+    else:
+        match = MEMORY_RE.match(str(value).strip())
+        if not match:
+            raise serializers.ValidationError(
+                "Give a size such as '4G', '512M' or MiB as a number."
+            )
+        number, unit = int(match.group(1)), match.group(2).upper()
+        mb = {
+            "K": number // 1024,
+            "": number,
+            "M": number,
+            "G": number * 1024,
+            "T": number * 1024 * 1024,
+        }[unit]
+    if not 1 <= mb <= 16 * 1024 * 1024:
+        raise serializers.ValidationError("Must be between 1M and 16T.")
+    return mb
+
+
+def parse_minutes(value) -> int:
+    """'HH:MM:SS', 'D-HH:MM:SS', 'MM:SS' or a number of minutes -> minutes (rounded up)."""
+    if isinstance(value, bool):
+        raise serializers.ValidationError("Give a duration such as '02:00:00' or minutes.")
+    if isinstance(value, int):
+        minutes = value
+    else:
+        match = TIME_RE.match(str(value).strip())
+        if not match:
+            raise serializers.ValidationError("Give a duration such as '02:00:00' or minutes.")
+        days, hours, mins, secs = (int(g) if g else 0 for g in match.groups())
+        if match.group(2) is None:  # MM:SS
+            hours, mins, secs = 0, int(match.group(3)), int(match.group(4))
+        minutes = days * 1440 + hours * 60 + mins + (1 if secs else 0)
+    if not 1 <= minutes <= 366 * 1440:
+        raise serializers.ValidationError("Must be between 1 minute and 366 days.")
+    return minutes
+
+
+@extend_schema_field({"oneOf": [{"type": "string"}, {"type": "integer"}]})
+class FlexibleField(serializers.Field):
+    """A field whose value is parsed by a function (memory sizes, durations)."""
+
+    def __init__(self, parse, **kwargs):
+        self.parse = parse
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data):
+        return self.parse(data)
+
+    def to_representation(self, value):
+        return value
+
+
+@extend_schema_field(
+    {"oneOf": [{"type": "array", "items": {"type": "string"}, "minItems": 1}, {"type": "string"}]}
+)
+class CommandField(serializers.Field):
+    """An argv list, or a script body (a string run by bash)."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, str):
+            _no_control(data, allow_newlines=True)
+            if not data.strip():
+                raise serializers.ValidationError("The script is empty.")
+            if len(data) > 256 * 1024:
+                raise serializers.ValidationError("A script may be at most 256 KiB.")
+            return {"script": data}
+        if isinstance(data, list):
+            if not data:
+                raise serializers.ValidationError("Give at least the program to run.")
+            if len(data) > 1000:
+                raise serializers.ValidationError("At most 1000 arguments.")
+            for item in data:
+                if not isinstance(item, str):
+                    raise serializers.ValidationError("Every argument must be a string.")
+                _no_control(item, allow_newlines=True)
+                if len(item) > MAX_ARG:
+                    raise serializers.ValidationError("An argument may be at most 32 KiB.")
+            if not data[0]:
+                raise serializers.ValidationError("The program name is empty.")
+            return {"argv": list(data)}
+        raise serializers.ValidationError("Give a list of arguments or a script as a string.")
+
+    def to_representation(self, value):
+        return value.get("argv", value.get("script"))
+
+
+class ResourcesSerializer(StrictSerializer):
+    nodes = serializers.IntegerField(min_value=1, max_value=64, default=1)
+    tasks_per_node = serializers.IntegerField(min_value=1, max_value=128, default=1)
+    gpus_per_node = serializers.IntegerField(min_value=0, max_value=16, default=0)
+    gpu_type = serializers.CharField(required=False, allow_null=True, default=None)
+    accelerator = serializers.CharField(default="gpu")
+    cpus_per_task = serializers.IntegerField(min_value=1, max_value=256, default=1)
+    memory = FlexibleField(parse_memory_mb, default=1024, help_text="Per node: '4G' or MiB.")
+    time_limit = FlexibleField(parse_minutes, default=60, help_text="'HH:MM:SS' or minutes.")
+    partition = serializers.CharField(required=False, allow_null=True, default=None)
+
+    def validate_gpu_type(self, value):
+        if value is not None and not TOKEN_RE.match(value):
+            raise serializers.ValidationError("Letters, digits, '.', '_' and '-' only.")
+        return value
+
+    def validate_accelerator(self, value):
+        if not TOKEN_RE.match(value):
+            raise serializers.ValidationError("Letters, digits, '.', '_' and '-' only.")
+        return value
+
+    def validate_partition(self, value):
+        if value is not None and not TOKEN_RE.match(value):
+            raise serializers.ValidationError("Letters, digits, '.', '_' and '-' only.")
+        return value
+
+
+class EnvironmentSerializer(StrictSerializer):
+    type = serializers.ChoiceField(choices=["none", "venv", "conda", "container"], default="none")
+    path = serializers.CharField(required=False, allow_blank=False)
+    image = serializers.CharField(required=False, allow_blank=False)
+
+    def validate_path(self, value):
+        return _absolute_path(value)
+
+    def validate_image(self, value):
+        if not IMAGE_RE.match(value):
+            raise serializers.ValidationError("Not a valid image reference.")
+        return value
+
+    def validate(self, attrs):
+        kind = attrs.get("type", "none")
+        if kind in ("venv", "conda") and not attrs.get("path"):
+            raise serializers.ValidationError({"path": [f"Required for a {kind} environment."]})
+        if kind == "container" and not attrs.get("image"):
+            raise serializers.ValidationError({"image": ["Required for a container."]})
+        return attrs
+
+
+class DistributedSerializer(StrictSerializer):
+    launcher = serializers.ChoiceField(
+        choices=["none", "torchrun", "deepspeed", "mpirun"], default="none"
+    )
+    master_port = serializers.IntegerField(min_value=1024, max_value=65535, required=False)
+
+
+class RestartPolicySerializer(StrictSerializer):
+    max_restarts = serializers.IntegerField(min_value=0, max_value=20, default=3)
+    retry_on = serializers.ListField(
+        child=serializers.ChoiceField(choices=RETRYABLE), default=list(RETRYABLE)
+    )
+    exit_codes = serializers.ListField(
+        child=serializers.IntegerField(min_value=1, max_value=255), default=list, max_length=50
+    )
+    backoff_seconds = serializers.IntegerField(min_value=0, max_value=3600, default=5)
+
+
+class JobSpecSerializer(StrictSerializer):
+    project = serializers.UUIDField()
+    name = serializers.CharField(max_length=64)
+    kind = serializers.ChoiceField(choices=Kind.choices, default=Kind.TRAINING)
+    command = CommandField()
+    working_dir = serializers.CharField(required=False)
+    env = serializers.DictField(
+        child=serializers.CharField(allow_blank=True, trim_whitespace=False), default=dict
+    )
+    environment = EnvironmentSerializer(default=dict)
+    resources = ResourcesSerializer(default=dict)
+    distributed = DistributedSerializer(default=dict)
+    restart_policy = RestartPolicySerializer(default=dict)
+    priority = serializers.IntegerField(min_value=-1000, max_value=1000, default=0)
+    labels = serializers.DictField(child=serializers.CharField(allow_blank=True), default=dict)
+
+    NESTED = ("environment", "resources", "distributed", "restart_policy")
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict):  # absent sections still get their defaults filled in
+            data = {**{key: {} for key in self.NESTED}, **data}
+        return super().to_internal_value(data)
+
+    def validate_name(self, value):
+        if not NAME_RE.match(value):
+            raise serializers.ValidationError(
+                "1-64 letters, digits, '.', '_' or '-', starting with a letter or digit."
+            )
+        return value
+
+    def validate_working_dir(self, value):
+        return _absolute_path(value)
+
+    def validate_env(self, value):
+        if len(value) > 200:
+            raise serializers.ValidationError("At most 200 variables.")
+        errors = {}
+        for key, item in value.items():
+            if not ENV_KEY_RE.match(key):
+                errors[key] = ["Not a valid variable name."]
+            elif key in RESERVED_ENV or key.startswith(RESERVED_ENV_PREFIXES):
+                errors[key] = ["Set by the platform; choose another name."]
+            elif "\x00" in item:
+                errors[key] = ["Must not contain NUL characters."]
+            elif len(item) > MAX_ARG:
+                errors[key] = ["At most 32 KiB."]
+        if errors:
+            raise serializers.ValidationError(errors)
+        return value
+
+    def validate_labels(self, value):
+        if len(value) > 32:
+            raise serializers.ValidationError("At most 32 labels.")
+        errors = {}
+        for key, item in value.items():
+            if not LABEL_KEY_RE.match(key):
+                errors[key] = ["Keys: lowercase letters, digits, '.', '_', '/', '-'."]
+            elif not LABEL_VALUE_RE.match(item):
+                errors[key] = ["Values: up to 63 letters, digits, '.', '_' or '-'."]
+        if errors:
+            raise serializers.ValidationError(errors)
+        return value
+
+
+def normalise(validated: dict) -> dict:
+    """The stored form of a validated spec: plain JSON, every default filled in."""
+    spec = {key: value for key, value in validated.items() if key != "project"}
+    spec["environment"] = {"type": "none", **spec.get("environment", {})}
+    return spec
+
+
+def totals(spec: dict) -> dict:
+    """What a job asks for, over all its nodes: what admission reserves."""
+    r = spec["resources"]
+    return {
+        "gpus": r["nodes"] * r["gpus_per_node"],
+        "cpus": r["nodes"] * r["tasks_per_node"] * r["cpus_per_task"],
+        "memory_mb": r["nodes"] * r["memory"],
+    }

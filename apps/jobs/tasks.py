@@ -1,0 +1,73 @@
+"""Celery tasks of jobs. Each takes primary keys, reloads, and is safe to run twice."""
+
+import logging
+
+from celery import shared_task
+from django.core.cache import cache
+
+from apps.compute.backends import for_cluster
+from apps.compute.backends.base import ClusterUnavailable
+from apps.compute.models import Cluster
+from apps.jobs import dispatch, reconcile
+from apps.jobs.models import ATTEMPT_ENDED, Job
+from apps.jobs.states import TERMINAL, State
+from apps.tenancy.models import Tenant
+
+logger = logging.getLogger(__name__)
+
+
+class _ClusterLock:
+    """One pass of a kind per cluster at a time (a Redis key with a timeout)."""
+
+    def __init__(self, kind: str, cluster_id: str, timeout: int = 120):
+        self.key, self.timeout = f"torus:lock:{kind}:{cluster_id}", timeout
+
+    def __enter__(self) -> bool:
+        self.held = cache.add(self.key, "1", timeout=self.timeout)
+        return self.held
+
+    def __exit__(self, *exc) -> None:
+        if self.held:
+            cache.delete(self.key)
+
+
+@shared_task(name="jobs.dispatch_cluster", acks_late=True)
+def dispatch_cluster(cluster_id: str) -> int:
+    with _ClusterLock("dispatch", cluster_id) as held:
+        if not held:
+            return 0
+        return dispatch.dispatch_cluster(cluster_id=cluster_id)
+
+
+@shared_task(name="jobs.reconcile_cluster", acks_late=True)
+def reconcile_cluster(cluster_id: str) -> dict:
+    with _ClusterLock("reconcile", cluster_id) as held:
+        if not held:
+            return {}
+        return reconcile.reconcile_cluster(cluster_id=cluster_id)
+
+
+@shared_task(name="jobs.control_pass")
+def control_pass() -> None:
+    """The periodic backstop: reconcile and dispatch every cluster, admit every tenant."""
+    from apps.quotas.admission import admit_tenant
+
+    for cluster_id in Cluster.objects.values_list("pk", flat=True):
+        reconcile_cluster(str(cluster_id))
+        dispatch_cluster(str(cluster_id))
+    pending = Tenant.objects.filter(jobs__state=State.PENDING).distinct()
+    for tenant_id in pending.values_list("pk", flat=True):
+        admit_tenant(tenant_id=tenant_id)
+
+
+@shared_task(name="jobs.cancel_backend_jobs", acks_late=True)
+def cancel_backend_jobs(job_id: str) -> None:
+    job = Job.objects.select_related("cluster").filter(pk=job_id).first()
+    if job is None or job.cluster is None or job.state in TERMINAL or not job.cancel_requested:
+        return
+    backend = for_cluster(job.cluster)
+    for attempt in job.attempts.exclude(backend_id="").exclude(state__in=list(ATTEMPT_ENDED)):
+        try:
+            backend.cancel(attempt.backend_id)
+        except ClusterUnavailable as exc:  # the reconciler re-issues it on its next pass
+            logger.warning("cancel of %s deferred: %s", attempt.backend_id, exc)

@@ -1,0 +1,174 @@
+"""Quota endpoints (admins set limits) and usage reports (JSON, or CSV for spreadsheets)."""
+
+import csv
+import io
+
+from django.core.exceptions import ValidationError
+from django.http import HttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import mixins, serializers, status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from apps.core.api.serializers import StrictModelSerializer
+from apps.core.api.views import TenantScopedViewSet
+from apps.quotas import services
+from apps.quotas.models import Quota
+from apps.quotas.selectors import usage_summary
+from apps.tenancy.access import actor_for
+from apps.tenancy.models import Membership, Project
+from apps.tenancy.policies import authorize
+from apps.tenancy.selectors import tenant_for_write, user_by_username
+
+LIMIT_FIELDS = ["gpus", "cpus", "memory_mb", "running_jobs", "gpu_hours_per_month"]
+
+
+class QuotaSerializer(StrictModelSerializer):
+    tenant = serializers.CharField(write_only=True, required=False)
+    tenant_id = serializers.UUIDField(read_only=True)
+    project = serializers.UUIDField(source="project_id", required=False, allow_null=True)
+    user = serializers.CharField(source="user.username", required=False, allow_null=True)
+    scope = serializers.CharField(source="scope_label", read_only=True)
+
+    class Meta:
+        model = Quota
+        fields = [
+            "id",
+            "tenant",
+            "tenant_id",
+            "project",
+            "user",
+            "scope",
+            *LIMIT_FIELDS,
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = ["id", "tenant_id", "scope", "created_at", "updated_at"]
+        validators = []
+        extra_kwargs = {
+            "gpu_hours_per_month": {"min_value": 0},
+        }
+
+
+class QuotaUpdateSerializer(StrictModelSerializer):
+    class Meta:
+        model = Quota
+        fields = LIMIT_FIELDS
+        extra_kwargs = {"gpu_hours_per_month": {"min_value": 0}}
+
+
+class QuotaViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet):
+    resource = "quota"
+    queryset = Quota.objects.select_related("tenant", "project", "user")
+    serializer_class = QuotaSerializer
+    filterset_fields = ["project"]
+    ordering_fields = ["created_at"]
+
+    def create(self, request, *args, **kwargs):
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = dict(serializer.validated_data)
+        tenant = tenant_for_write(actor=self.actor, ref=data.pop("tenant", None))
+        authorize(self.actor, resource=self.resource, action="create", tenant_id=tenant.id)
+        project = None
+        if data.get("project_id"):
+            project = Project.objects.filter(tenant=tenant, pk=data["project_id"]).first()
+            if project is None:
+                raise ValidationError({"project": ["Project not found in this tenant."]})
+        user = None
+        if (data.get("user") or {}).get("username"):
+            user = user_by_username(username=data["user"]["username"])
+            if not Membership.objects.filter(tenant=tenant, user=user).exists():
+                raise ValidationError({"user": ["Not a member of this tenant."]})
+        limits = {name: data[name] for name in LIMIT_FIELDS if name in data}
+        quota = services.quota_create(
+            actor=self.actor, tenant=tenant, project=project, user=user, limits=limits, ip=self.ip
+        )
+        return Response(self.get_serializer(quota).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=QuotaUpdateSerializer, responses=QuotaSerializer)
+    def partial_update(self, request, *args, **kwargs):
+        quota = self.get_object()
+        serializer = QuotaUpdateSerializer(quota, data=request.data, partial=True)
+        serializer.is_valid(raise_exception=True)
+        quota = services.quota_update(
+            actor=self.actor, quota=quota, limits=serializer.validated_data, ip=self.ip
+        )
+        return Response(self.get_serializer(quota).data)
+
+    @extend_schema(exclude=True)
+    def update(self, request, *args, **kwargs):
+        return self.partial_update(request, *args, **kwargs)
+
+    def destroy(self, request, *args, **kwargs):
+        services.quota_delete(actor=self.actor, quota=self.get_object(), ip=self.ip)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+USAGE_PARAMETERS = [
+    OpenApiParameter("period", OpenApiTypes.STR, description="YYYY-MM (default: this month)"),
+    OpenApiParameter(
+        "group_by", OpenApiTypes.STR, description="tenant, project (default), user or project_user"
+    ),
+]
+
+
+class UsageRowSerializer(serializers.Serializer):
+    period = serializers.CharField()
+    tenant = serializers.CharField()
+    project = serializers.CharField(required=False)
+    user = serializers.CharField(required=False)
+    gpu_hours = serializers.FloatField()
+    cpu_hours = serializers.FloatField()
+    gpu_seconds = serializers.FloatField()
+    cpu_seconds = serializers.FloatField()
+    jobs = serializers.IntegerField()
+    attempts = serializers.IntegerField()
+
+
+def _usage_rows(request) -> list[dict]:
+    actor = actor_for(request)
+    for tenant_id in actor.tenant_ids:
+        authorize(actor, resource="usage", action="read", tenant_id=tenant_id)
+    return usage_summary(
+        actor=actor,
+        period=request.query_params.get("period"),
+        group_by=request.query_params.get("group_by", "project"),
+    )
+
+
+class UsageView(APIView):
+    """GPU- and CPU-hours per period from the usage ledger."""
+
+    @extend_schema(parameters=USAGE_PARAMETERS, responses=UsageRowSerializer(many=True))
+    def get(self, request):
+        return Response({"results": _usage_rows(request)})
+
+
+class UsageExportView(APIView):
+    """The same report as CSV."""
+
+    @extend_schema(parameters=USAGE_PARAMETERS, responses={(200, "text/csv"): OpenApiTypes.STR})
+    def get(self, request):
+        rows = _usage_rows(request)
+        buffer = io.StringIO()
+        columns = [
+            "period",
+            "tenant",
+            "project",
+            "user",
+            "gpu_hours",
+            "cpu_hours",
+            "gpu_seconds",
+            "cpu_seconds",
+            "jobs",
+            "attempts",
+        ]
+        writer = csv.DictWriter(buffer, fieldnames=columns, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+        response = HttpResponse(buffer.getvalue(), content_type="text/csv")
+        name = request.query_params.get("period", "current")
+        response["Content-Disposition"] = f'attachment; filename="torus-usage-{name}.csv"'
+        return response

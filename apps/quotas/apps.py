@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class QuotasConfig(AppConfig):
+    name = "apps.quotas"
+    label = "quotas"
+    default_auto_field = "django.db.models.BigAutoField"

@@ -1,0 +1,62 @@
+"""Reads for quotas: usage per period, grouped, always scoped to the actor's tenants."""
+
+from datetime import UTC, datetime
+
+from django.core.exceptions import ValidationError
+from django.db.models import Count, Sum
+from django.utils import timezone
+
+from apps.core.actor import Actor
+from apps.quotas.models import UsageRecord
+
+GROUPS = {
+    "tenant": ["tenant__slug"],
+    "project": ["tenant__slug", "project__slug"],
+    "user": ["tenant__slug", "user__username"],
+    "project_user": ["tenant__slug", "project__slug", "user__username"],
+}
+
+
+def period_bounds(period: str | None) -> tuple[datetime, datetime, str]:
+    """'2026-11' -> [start of November, start of December); default: this month."""
+    now = timezone.now()
+    text = period or f"{now:%Y-%m}"
+    try:
+        start = datetime.strptime(text, "%Y-%m").replace(tzinfo=UTC)
+    except ValueError as exc:
+        raise ValidationError({"period": ["Use YYYY-MM."]}) from exc
+    end = start.replace(year=start.year + (start.month == 12), month=start.month % 12 + 1)
+    return start, end, text
+
+
+def usage_summary(*, actor: Actor, period: str | None, group_by: str) -> list[dict]:
+    if group_by not in GROUPS:
+        raise ValidationError({"group_by": [f"One of: {', '.join(GROUPS)}."]})
+    start, end, text = period_bounds(period)
+    keys = GROUPS[group_by]
+    rows = (
+        UsageRecord.objects.visible_to(actor)
+        .filter(ended_at__gte=start, ended_at__lt=end)
+        .values(*keys)
+        .annotate(
+            gpu_seconds=Sum("gpu_seconds"),
+            cpu_seconds=Sum("cpu_seconds"),
+            attempts=Count("id"),
+            jobs=Count("job", distinct=True),
+        )
+        .order_by(*keys)
+    )
+    result = []
+    for row in rows:
+        item = {key.split("__")[0]: row[key] for key in keys}
+        item.update(
+            period=text,
+            gpu_hours=round((row["gpu_seconds"] or 0) / 3600, 4),
+            cpu_hours=round((row["cpu_seconds"] or 0) / 3600, 4),
+            gpu_seconds=round(row["gpu_seconds"] or 0, 1),
+            cpu_seconds=round(row["cpu_seconds"] or 0, 1),
+            jobs=row["jobs"],
+            attempts=row["attempts"],
+        )
+        result.append(item)
+    return result

@@ -1,0 +1,95 @@
+"""Writes for quotas: limits (with audit) and the usage ledger."""
+
+from django.db import IntegrityError, transaction
+
+from apps.core.actor import Actor
+from apps.core.exceptions import Conflict
+from apps.quotas.models import Quota, UsageRecord
+from apps.tenancy.audit import audit_record, diff, snapshot
+
+LIMITS = ["gpus", "cpus", "memory_mb", "running_jobs", "gpu_hours_per_month"]
+
+
+def usage_record(*, attempt) -> UsageRecord | None:
+    """Write the ledger line of an ended attempt (once; running it twice is harmless)."""
+    if attempt.started_at is None or attempt.ended_at is None:
+        return None
+    job = attempt.job
+    seconds = max(0.0, (attempt.ended_at - attempt.started_at).total_seconds())
+    attempt.gpu_seconds, attempt.cpu_seconds = seconds * job.gpus, seconds * job.cpus
+    attempt.save(update_fields=["gpu_seconds", "cpu_seconds"])
+    record, _ = UsageRecord.objects.get_or_create(
+        attempt=attempt,
+        defaults={
+            "tenant_id": job.tenant_id,
+            "project_id": job.project_id,
+            "user_id": job.user_id,
+            "job": job,
+            "started_at": attempt.started_at,
+            "ended_at": attempt.ended_at,
+            "gpus": job.gpus,
+            "cpus": job.cpus,
+            "gpu_seconds": attempt.gpu_seconds,
+            "cpu_seconds": attempt.cpu_seconds,
+        },
+    )
+    return record
+
+
+@transaction.atomic
+def quota_create(
+    *, actor: Actor, tenant, project=None, user=None, limits: dict, ip: str | None = None
+) -> Quota:
+    try:
+        with transaction.atomic():
+            quota = Quota.objects.create(tenant=tenant, project=project, user=user, **limits)
+    except IntegrityError as exc:
+        raise Conflict("A quota for that scope exists already; update it instead.") from exc
+    audit_record(
+        actor=actor,
+        tenant_id=tenant.id,
+        action="quota.create",
+        target=quota,
+        changes=diff({}, snapshot(quota, LIMITS)),
+        ip=ip,
+    )
+    return quota
+
+
+@transaction.atomic
+def quota_update(*, actor: Actor, quota: Quota, limits: dict, ip: str | None = None) -> Quota:
+    before = snapshot(quota, LIMITS)
+    for name, value in limits.items():
+        setattr(quota, name, value)
+    quota.save()
+    audit_record(
+        actor=actor,
+        tenant_id=quota.tenant_id,
+        action="quota.update",
+        target=quota,
+        changes=diff(before, snapshot(quota, LIMITS)),
+        ip=ip,
+    )
+    _readmit(quota.tenant_id)
+    return quota
+
+
+@transaction.atomic
+def quota_delete(*, actor: Actor, quota: Quota, ip: str | None = None) -> None:
+    audit_record(
+        actor=actor,
+        tenant_id=quota.tenant_id,
+        action="quota.delete",
+        target=quota,
+        changes=diff(snapshot(quota, LIMITS), {k: None for k in LIMITS}),
+        ip=ip,
+    )
+    tenant_id = quota.tenant_id
+    quota.delete()
+    _readmit(tenant_id)
+
+
+def _readmit(tenant_id) -> None:
+    from apps.quotas.admission import admit_tenant
+
+    admit_tenant(tenant_id=tenant_id)
