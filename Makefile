@@ -37,6 +37,7 @@ services:
 
 migrate: venv services static
 	$(BIN)/python manage.py migrate --noinput
+	$(BIN)/python manage.py cluster_register_local
 
 static: venv
 	$(BIN)/python manage.py collectstatic --noinput --verbosity 0
