@@ -1,0 +1,81 @@
+"""Fixtures for jobs on the real Slurm cluster that platform/services runs."""
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.core.management import call_command
+from django.urls import reverse
+
+from apps.compute.management.commands.cluster_register_local import read_env_file
+from apps.compute.models import Cluster
+from apps.jobs.models import Job
+from apps.jobs.states import TERMINAL
+from apps.jobs.tasks import control_pass
+
+
+def slurm_env() -> dict:
+    env_file = Path(settings.VAR_DIR) / "slurm" / "env"
+    assert env_file.is_file(), f"{env_file} missing: the Slurm service is not up"
+    return {**os.environ, **read_env_file(env_file)}
+
+
+def slurm(*args: str, check: bool = True) -> str:
+    result = subprocess.run(
+        list(args), env=slurm_env(), capture_output=True, text=True, timeout=60, check=False
+    )
+    if check:
+        assert result.returncode == 0, (args, result.stderr)
+    return result.stdout
+
+
+def slurm_jobs_tagged(tag: str) -> list[str]:
+    """Slurm job ids carrying a tag, from the controller itself (squeue)."""
+    out = slurm("squeue", "-h", "-a", "-t", "all", "-o", "%i|%k")
+    return [line.split("|")[0] for line in out.splitlines() if line.endswith(f"|{tag}")]
+
+
+@pytest.fixture
+def slurm_cluster(transactional_db, settings):
+    """The local Slurm cluster registered in the test database; cleaned up afterwards."""
+    settings.TORUS_LOST_AFTER_SECONDS = 30
+    call_command("cluster_register_local", verbosity=0)
+    cluster = Cluster.objects.get(name="local")
+    yield cluster
+    for job_id in slurm("squeue", "-h", "-o", "%i|%k").splitlines():
+        if job_id.split("|")[1].startswith("torus:"):
+            slurm("scancel", job_id.split("|")[0], check=False)
+    for node in ("n1", "n2"):
+        slurm("scontrol", "update", f"nodename={node}", "state=resume", check=False)
+
+
+def drive(job_id, *, until: set[str] | None = None, timeout: float = 90, condition=None) -> Job:
+    """Run control passes (reconcile, dispatch, admit) until the job reaches a state in
+    `until` (default: any terminal state) or `condition(job)` holds."""
+    until = until or set(TERMINAL)
+    deadline = time.monotonic() + timeout
+    while True:
+        control_pass()
+        job = Job.objects.get(pk=job_id)
+        if (condition and condition(job)) or (not condition and job.state in until):
+            return job
+        assert time.monotonic() < deadline, (
+            f"job stuck in {job.state}: {job.state_reason}; "
+            f"attempts {[(a.number, a.state, a.backend_id) for a in job.attempts.all()]}"
+        )
+        time.sleep(0.5)
+
+
+def submit(client, project, **spec) -> dict:
+    body = {"project": str(project.id), "name": "t", **spec}
+    response = client.post(reverse("job-list"), body, format="json")
+    assert response.status_code == 201, response.content
+    return response.json()
+
+
+def output(job: Job, number: int = 1) -> str:
+    attempt = job.attempts.get(number=number)
+    return Path(attempt.stdout_path).read_text() + Path(attempt.stderr_path).read_text()

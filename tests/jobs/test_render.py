@@ -1,0 +1,159 @@
+"""The batch request boundary: whatever a user writes, the request carries it only as data.
+
+Hypothesis generates hostile specs; the rendered slurmrestd body must keep the launcher
+script byte-identical, carry every value exactly once in JSON data, and parse back to exactly
+the expected fields.
+"""
+
+import base64
+import json
+import re
+import uuid
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from apps.compute.backends.slurm import LAUNCHER, render_request, sbatch_argv
+from apps.compute.models import Cluster
+from apps.jobs.dispatch import build_submission
+from apps.jobs.models import Job, JobAttempt
+from apps.jobs.spec import JobSpecSerializer, normalise
+from apps.tenancy.models import Project, Tenant
+
+HOSTILE = st.sampled_from(
+    [
+        "\n#SBATCH --uid=0",
+        "$(touch /tmp/pwned)",
+        "`id`",
+        "'",
+        '"',
+        "\\",
+        "; rm -rf /",
+        "\r",
+        "%j",
+        "--export=ALL",
+        "\t",
+        "${IFS}",
+        "é",
+        "\U0001f600",
+        " ",
+    ]
+)
+TEXT = st.lists(st.one_of(HOSTILE, st.text(max_size=12)), max_size=4).map("".join)
+ARG = TEXT.filter(lambda s: "\x00" not in s)
+SBATCH_OPTIONS = {
+    "export",
+    "job-name",
+    "comment",
+    "chdir",
+    "output",
+    "error",
+    "nodes",
+    "ntasks-per-node",
+    "cpus-per-task",
+    "mem",
+    "time",
+    "partition",
+    "gres",
+    "exclude",
+}
+JOB_KEYS = {
+    "name",
+    "comment",
+    "environment",
+    "current_working_directory",
+    "standard_output",
+    "standard_error",
+    "nodes",
+    "tasks",
+    "tasks_per_node",
+    "cpus_per_task",
+    "memory_per_node",
+    "time_limit",
+    "requeue",
+    "partition",
+    "gres",
+}
+
+
+def _submission(spec: dict):
+    tenant = Tenant(slug="t")
+    job = Job(
+        id=uuid.uuid4(),
+        tenant=tenant,
+        project=Project(slug="p", tenant=tenant),
+        name=spec["name"],
+        spec=spec,
+        checkpoint_dir="/ck",
+        partition="gpu",
+    )
+    attempt = JobAttempt(id=uuid.uuid4(), job=job, number=1, stdout_path="/o", stderr_path="/e")
+    return attempt, build_submission(attempt, Cluster(name="c", config={}))
+
+
+def _decode(words: str) -> list[str]:
+    return [base64.b64decode(w).decode() for w in words.split(" ")] if words else []
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    argv=st.lists(ARG, min_size=1, max_size=5).filter(lambda a: a[0] != ""),
+    env=st.dictionaries(st.from_regex(r"[A-Z][A-Z0-9_]{0,8}", fullmatch=True), ARG, max_size=4),
+    name=st.one_of(st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,20}", fullmatch=True), TEXT),
+    labels=st.one_of(st.just({}), st.dictionaries(TEXT, TEXT, max_size=2)),
+)
+def test_rendered_request_carries_user_values_only_as_data(argv, env, name, labels):
+    data = {
+        "project": str(uuid.uuid4()),
+        "name": name,
+        "command": argv,
+        "env": env,
+        "labels": labels,
+        "resources": {"gpus_per_node": 1, "nodes": 2},
+    }
+    serializer = JobSpecSerializer(data=data)
+    if not serializer.is_valid():
+        # Refused input never reaches a renderer; what is refused must be genuinely unsafe.
+        errors = serializer.errors
+        assert set(errors) <= {"name", "env", "labels"}, errors
+        return
+    spec = normalise(dict(serializer.validated_data))
+    assert re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", spec["name"])
+    attempt, submission = _submission(spec)
+    body = render_request(submission)
+
+    assert body["script"] == LAUNCHER
+    assert set(body) == {"script", "job"}
+    assert set(body["job"]) <= JOB_KEYS
+    assert json.loads(json.dumps(body)) == body
+    job = body["job"]
+    assert job["name"] == spec["name"]
+    assert job["comment"] == attempt.tag
+    environment = job["environment"]
+    for key, value in env.items():
+        assert environment[key] == value
+    assert _decode(environment["TORUS_ARGV_B64"]) == argv
+    assert job["nodes"] == [2, 2] and job["gres"] == "gpu:1" and job["requeue"] is False
+
+    argv_out = sbatch_argv(submission)
+    assert argv_out[:2] == ["sbatch", "--parsable"]
+    options = dict(item[2:].split("=", 1) for item in argv_out[2:] if "=" in item)
+    assert set(options) <= SBATCH_OPTIONS
+    assert options["job-name"] == spec["name"] and options["comment"] == attempt.tag
+    assert all("\n" not in item for item in argv_out)
+
+
+@settings(max_examples=200, deadline=None)
+@given(script=TEXT.filter(lambda s: s.strip() and "\x00" not in s))
+def test_script_bodies_travel_base64_encoded(script):
+    data = {"project": str(uuid.uuid4()), "name": "s", "command": script}
+    serializer = JobSpecSerializer(data=data)
+    assert serializer.is_valid(), serializer.errors
+    _, submission = _submission(normalise(dict(serializer.validated_data)))
+    body = render_request(submission)
+    assert body["script"] == LAUNCHER
+    assert base64.b64decode(body["job"]["environment"]["TORUS_SCRIPT_B64"]).decode() == script
+
+
+def test_the_launcher_has_no_directives():
+    assert "#SBATCH" not in LAUNCHER
