@@ -111,5 +111,7 @@ def make_job(*, project, user, state="PENDING", gpus_per_node=1, cluster=None, *
         state=state,
         cluster=cluster,
         partition="gpu",
+        priority=spec["priority"],
+        labels=spec["labels"],
         **totals(spec),
     )
