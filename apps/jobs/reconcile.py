@@ -5,6 +5,7 @@ list, the node list and the partition list, plus one accounting query only when 
 job has left the controller's memory. A controller that does not answer fails no job.
 """
 
+import contextlib
 import logging
 from datetime import timedelta
 
@@ -85,6 +86,10 @@ def reconcile_cluster(*, cluster_id) -> dict:
             outcome = AttemptState.LOST
         else:
             outcome = backend.attempt_outcome(found)
+            if outcome == AttemptState.SUBMITTED and (
+                attempt.state == AttemptState.RUNNING or found.restarts
+            ):
+                outcome = _take_back_requeued(backend, found)
         result = apply(attempt_id=attempt.pk, found=found, outcome=outcome, down_nodes=down)
         if result:
             stats["updated"] += 1
@@ -104,6 +109,16 @@ def reconcile_cluster(*, cluster_id) -> dict:
 
         admit_tenant(tenant_id=tenant_id)
     return stats
+
+
+def _take_back_requeued(backend, found: BackendJob) -> str:
+    """Slurm put a started job back in its queue (a requeue after a node failure, or by an
+    operator). Torus restarts attempts itself, from the latest checkpoint and avoiding the
+    failed node, so the requeued job is cancelled and the attempt ends as a node failure."""
+    with contextlib.suppress(ClusterUnavailable):  # else the next pass sees it and retries
+        backend.cancel(found.backend_id)
+    found.reason = f"requeued by Slurm ({found.reason or 'no reason given'})"
+    return AttemptState.NODE_FAIL
 
 
 def apply(*, attempt_id, found: BackendJob, outcome: str, down_nodes: set[str]) -> str:

@@ -79,3 +79,31 @@ def submit(client, project, **spec) -> dict:
 def output(job: Job, number: int = 1) -> str:
     attempt = job.attempts.get(number=number)
     return Path(attempt.stdout_path).read_text() + Path(attempt.stderr_path).read_text()
+
+
+READ_RPCS = (
+    "REQUEST_JOB_INFO",
+    "REQUEST_NODE_INFO",
+    "REQUEST_PARTITION_INFO",
+    "REQUEST_JOB_USER_INFO",
+    "REQUEST_JOB_STEP_INFO",
+)
+
+
+def sdiag_rpcs() -> int:
+    """Read RPCs (job, node, partition info: what a reconciler issues) the controller served
+    since the last `sdiag --reset`. Daemons' own traffic (launches, completions) is not
+    counted, so jobs starting and ending meanwhile do not blur the figure."""
+    out = slurm("sdiag")
+    section = out.split("Remote Procedure Call statistics by message type", 1)[1]
+    section = section.split("Remote Procedure Call statistics by user", 1)[0]
+    total = 0
+    for line in section.splitlines():
+        name, _, rest = line.strip().partition("(")
+        if "count:" in rest and name.strip().startswith(READ_RPCS):
+            total += int(rest.split("count:", 1)[1].split()[0])
+    return total
+
+
+def running_node(job: Job) -> str:
+    return job.attempts.order_by("-number").first().nodes[0]

@@ -10,8 +10,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from apps.jobs.models import Job
-from apps.jobs.states import ACTIVE
 from apps.jobs.services import job_cancel
+from apps.jobs.states import ACTIVE
 from apps.quotas.admission import admit_tenant, fair_order
 from apps.quotas.models import Quota, UsageRecord
 from apps.tenancy.access import actor_for_user

@@ -48,6 +48,7 @@ class BackendJob:
     signal: int | None = None
     started_at: datetime | None = None
     ended_at: datetime | None = None
+    restarts: int = 0  # times the backend itself requeued the job
 
 
 @dataclass

@@ -245,6 +245,7 @@ class SlurmBackend:
                     signal=signal,
                     started_at=_epoch(job.get("start_time")),
                     ended_at=_epoch(job.get("end_time")),
+                    restarts=int(job.get("restart_cnt") or 0),
                 )
             )
         return found

@@ -1,0 +1,102 @@
+"""Exactly-once dispatch and a reconciler whose cost does not grow with the number of jobs."""
+
+import threading
+import time
+
+from django.urls import reverse
+
+from apps.compute.backends import for_cluster
+from apps.jobs import dispatch, reconcile
+from apps.jobs.models import AttemptState, Job, JobAttempt
+from apps.tenancy.models import Role
+from tests.jobs.conftest import drive, sdiag_rpcs, slurm, slurm_jobs_tagged, submit
+
+
+def _queued(acme, count: int, command=("sleep", "30")) -> list[str]:
+    client = acme.client(Role.ADMIN)
+    return [submit(client, acme.project, command=list(command))["id"] for _ in range(count)]
+
+
+def test_duplicated_dispatch_submits_each_attempt_once(acme, slurm_cluster):
+    ids = _queued(acme, 10, command=("true",))
+    start = threading.Barrier(3)
+
+    def run():
+        start.wait()
+        dispatch.dispatch_cluster(cluster_id=slurm_cluster.pk)
+
+    threads = [threading.Thread(target=run) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    attempts = JobAttempt.objects.filter(job_id__in=ids)
+    assert all(a.state == AttemptState.SUBMITTED for a in attempts)
+    for attempt in attempts:
+        assert slurm_jobs_tagged(attempt.tag) == [attempt.backend_id]
+
+
+def test_an_orphan_accepted_by_slurm_is_adopted_not_resubmitted(acme, slurm_cluster, settings):
+    settings.TORUS_DISPATCH_GRACE_SECONDS = 1
+    (job_id,) = _queued(acme, 1, command=("true",))
+    claimed = dispatch.claim(cluster=slurm_cluster, limit=10)
+    assert len(claimed) == 1
+    attempt = JobAttempt.objects.select_related("job__tenant", "job__project").get(pk=claimed[0])
+    # The dispatcher "dies" after Slurm accepted the job, before recording its id.
+    backend_id = for_cluster(slurm_cluster).submit(
+        dispatch.build_submission(attempt, slurm_cluster)
+    )
+    attempt.refresh_from_db()
+    assert attempt.state == AttemptState.SUBMITTING and attempt.backend_id == ""
+    time.sleep(1.2)
+    dispatch.dispatch_cluster(cluster_id=slurm_cluster.pk)
+    attempt.refresh_from_db()
+    assert (attempt.state, attempt.backend_id) == (AttemptState.SUBMITTED, backend_id)
+    assert slurm_jobs_tagged(attempt.tag) == [backend_id]
+    assert "adopted" in Job.objects.get(pk=job_id).events.get(to_state="SUBMITTED").reason
+    assert drive(job_id).state == "SUCCEEDED"
+
+
+def test_a_claim_slurm_never_saw_is_submitted_again(acme, slurm_cluster, settings):
+    settings.TORUS_DISPATCH_GRACE_SECONDS = 1
+    _queued(acme, 1, command=("true",))
+    (attempt_id,) = dispatch.claim(cluster=slurm_cluster, limit=10)  # then the worker dies
+    time.sleep(1.2)
+    dispatch.dispatch_cluster(cluster_id=slurm_cluster.pk)
+    attempt = JobAttempt.objects.get(pk=attempt_id)
+    assert attempt.state == AttemptState.SUBMITTED
+    assert slurm_jobs_tagged(attempt.tag) == [attempt.backend_id]
+
+
+def test_reconciler_rpcs_do_not_grow_with_the_number_of_jobs(acme, slurm_cluster):
+    def rpcs_of_one_pass() -> tuple[int, int]:
+        slurm("sdiag", "--reset")
+        stats = reconcile.reconcile_cluster(cluster_id=slurm_cluster.pk)
+        return sdiag_rpcs(), stats["rpcs"]
+
+    _queued(acme, 2)
+    dispatch.dispatch_cluster(cluster_id=slurm_cluster.pk)
+    reconcile.reconcile_cluster(cluster_id=slurm_cluster.pk)
+    few = rpcs_of_one_pass()
+    _queued(acme, 14)
+    dispatch.dispatch_cluster(cluster_id=slurm_cluster.pk)
+    reconcile.reconcile_cluster(cluster_id=slurm_cluster.pk)
+    assert JobAttempt.objects.filter(state__in=["SUBMITTED", "RUNNING"]).count() == 16
+    many = rpcs_of_one_pass()
+    assert few == many, (few, many)
+    assert many[1] == 3
+
+
+def test_a_controller_that_does_not_answer_fails_no_job(acme, slurm_cluster):
+    (job_id,) = _queued(acme, 1, command=("sleep", "20"))
+    drive(job_id, until={"RUNNING"})
+    slurm_cluster.config = {**slurm_cluster.config, "restd_url": "http://127.0.0.1:9"}
+    slurm_cluster.save()
+    for _ in range(3):
+        stats = reconcile.reconcile_cluster(cluster_id=slurm_cluster.pk)
+        assert stats["updated"] == 0
+    slurm_cluster.refresh_from_db()
+    assert not slurm_cluster.healthy and "127.0.0.1:9" in slurm_cluster.last_error
+    assert Job.objects.get(pk=job_id).state == "RUNNING"
+    clusters = acme.client(Role.VIEWER).get(reverse("cluster-list")).json()["results"]
+    assert clusters[0]["healthy"] is False

@@ -1,0 +1,164 @@
+"""Faults, for real: a node taken down, a slurmd killed, slurmctld restarted, and the Celery
+worker killed with SIGKILL in the middle of a dispatch. No job is lost or duplicated."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from apps.jobs import dispatch
+from apps.jobs.models import AttemptState, Job, JobAttempt
+from apps.tenancy.models import Role
+from tests.jobs.conftest import drive, output, running_node, slurm, slurm_jobs_tagged, submit
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVICES = ROOT / "platform" / "services"
+FIRST_ATTEMPT_HANGS = (
+    'if [ "$TORUS_ATTEMPT" = 1 ]; then sleep 45; exit 0; fi; echo "done on $SLURMD_NODENAME"'
+)
+
+
+def _pid(pattern: str) -> int:
+    out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout
+    pids = [int(p) for p in out.split()]
+    assert pids, f"no process matches {pattern!r}"
+    return pids[0]
+
+
+def _start_slurm_daemons() -> None:
+    subprocess.run([str(SERVICES / "up"), "slurm"], check=True, capture_output=True, timeout=120)
+
+
+def _assert_came_back_elsewhere(job: Job, failed_node: str) -> None:
+    first, second = job.attempts.order_by("number")[:2]
+    assert first.state == AttemptState.NODE_FAIL and failed_node in first.nodes
+    assert second.state == AttemptState.SUCCEEDED and failed_node not in second.nodes
+    assert second.excluded_nodes == [failed_node]
+    restart = job.events.get(to_state="RESTARTING")
+    assert failed_node in restart.reason and "attempt 2" in restart.reason
+    assert f"done on {second.nodes[0]}" in output(job, 2)
+
+
+def test_a_node_taken_down_mid_run_brings_the_job_back_on_another_node(acme, slurm_cluster):
+    job = submit(
+        acme.client(Role.MEMBER),
+        acme.project,
+        command=["bash", "-c", FIRST_ATTEMPT_HANGS],
+        restart_policy={"backoff_seconds": 0},
+    )
+    node = running_node(drive(job["id"], until={"RUNNING"}))
+    slurm("scontrol", "update", f"nodename={node}", "state=down", "reason=torus-test")
+    finished = drive(job["id"], timeout=90)
+    assert finished.state == "SUCCEEDED", finished.state_reason
+    assert finished.restart_count == 1
+    _assert_came_back_elsewhere(finished, node)
+
+
+def test_a_killed_slurmd_brings_its_job_back_as_a_new_attempt(acme, slurm_cluster):
+    job = submit(
+        acme.client(Role.MEMBER),
+        acme.project,
+        command=["bash", "-c", FIRST_ATTEMPT_HANGS],
+        restart_policy={"backoff_seconds": 0},
+    )
+    node = running_node(drive(job["id"], until={"RUNNING"}))
+    os.kill(_pid(f"slurmd -f .* -N {node}$"), signal.SIGKILL)
+    try:
+        finished = drive(job["id"], timeout=120)
+    finally:
+        _start_slurm_daemons()
+        slurm("scontrol", "update", f"nodename={node}", "state=resume", check=False)
+    assert finished.state == "SUCCEEDED", finished.state_reason
+    _assert_came_back_elsewhere(finished, node)
+
+
+def test_running_jobs_are_followed_across_a_slurmctld_restart(acme, slurm_cluster):
+    client = acme.client(Role.MEMBER)
+    job = submit(client, acme.project, command=["bash", "-c", "sleep 8; echo survived"])
+    drive(job["id"], until={"RUNNING"})
+    ctld = _pid("slurmctld -f ")
+    os.kill(ctld, signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while subprocess.run(["kill", "-0", str(ctld)], capture_output=True).returncode == 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    try:
+        from apps.jobs.tasks import control_pass
+
+        for _ in range(3):  # the controller is gone: passes change nothing
+            control_pass()
+            assert Job.objects.get(pk=job["id"]).state == "RUNNING"
+            time.sleep(0.5)
+    finally:
+        _start_slurm_daemons()
+    finished = drive(job["id"], timeout=90)
+    assert finished.state == "SUCCEEDED", finished.state_reason
+    assert "survived" in output(finished)
+    assert finished.attempts.count() == 1
+
+
+def _worker_env() -> dict:
+    db = connection.settings_dict
+    return {
+        **os.environ,
+        "TORUS_DATABASE_URL": (
+            f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+        ),
+        "TORUS_REDIS_DB_BASE": str(settings.REDIS_DB_BASE),
+        "TORUS_JOB_ROOT": settings.TORUS_JOB_ROOT,
+        "TORUS_DISPATCH_THREADS": "1",
+        "TORUS_DISPATCH_GRACE_SECONDS": "2",
+    }
+
+
+@pytest.mark.usefixtures("slurm_cluster")
+def test_worker_killed_mid_dispatch_loses_and_duplicates_nothing(acme, settings):
+    settings.TORUS_DISPATCH_GRACE_SECONDS = 2
+    from config.celery import app
+
+    app.control.purge()  # nothing left over from earlier tests in the test broker
+    client = acme.client(Role.ADMIN)
+    ids = [submit(client, acme.project, command=["true"])["id"] for _ in range(40)]
+    worker = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "config",
+            "worker",
+            "--pool",
+            "solo",
+            "--loglevel",
+            "WARNING",
+        ],
+        cwd=ROOT,
+        env=_worker_env(),
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    attempts = JobAttempt.objects.filter(job_id__in=ids)
+    try:
+        deadline = time.monotonic() + 60
+        while not attempts.exclude(backend_id="").exists():
+            assert time.monotonic() < deadline, "the worker never dispatched"
+            time.sleep(0.005)
+    finally:
+        os.killpg(worker.pid, signal.SIGKILL)
+        worker.wait()
+    in_flight = attempts.filter(state=AttemptState.SUBMITTING).count()
+    assert in_flight > 0, "the kill came too late to interrupt the dispatch"
+    time.sleep(2.2)
+    dispatch.dispatch_cluster(cluster_id=Job.objects.get(pk=ids[0]).cluster_id)
+    for attempt in attempts:
+        assert attempt.state == AttemptState.SUBMITTED, attempt.state
+        assert slurm_jobs_tagged(attempt.tag) == [attempt.backend_id]
+    for job_id in ids:
+        assert drive(job_id).state == "SUCCEEDED"
