@@ -1,35 +1,19 @@
 """The `torus` command line: tables for people, --json for scripts, no tracebacks."""
 
 import argparse
-import json
 import sys
 from datetime import UTC, datetime, timedelta
 
+from torus import jobs_cli
 from torus.client import Client
 from torus.errors import TorusError
-
-
-def _table(rows: list[dict], columns: list[str]) -> str:
-    cells = [
-        [str(row.get(c, "") if row.get(c) is not None else "-") for c in columns] for row in rows
-    ]
-    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True))]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
-    return "\n".join(line.rstrip() for line in lines)
-
-
-def _emit(args, data, columns: list[str] | None = None) -> None:
-    if args.json or columns is None:
-        print(json.dumps(data, indent=2))
-    else:
-        print(_table(data if isinstance(data, list) else [data], columns))
+from torus.output import emit
 
 
 def cmd_whoami(client: Client, args) -> None:
     me = client.me()
     if args.json:
-        _emit(args, me)
+        emit(args, me)
         return
     print(f"{me['user']['username']} at {client.url}")
     for tenant in me["tenants"]:
@@ -40,14 +24,14 @@ def cmd_whoami(client: Client, args) -> None:
 
 
 def cmd_projects(client: Client, args) -> None:
-    _emit(args, client.projects(tenant=args.tenant), ["id", "slug", "name"])
+    emit(args, client.projects(tenant=args.tenant), ["id", "slug", "name"])
 
 
 def cmd_tokens(client: Client, args) -> None:
     rows = client.tokens()
     for row in rows:
         row["user"] = row["user"]["username"]
-    _emit(args, rows, ["id", "name", "user", "prefix", "read_only", "active", "last_used_at"])
+    emit(args, rows, ["id", "name", "user", "prefix", "read_only", "active", "last_used_at"])
 
 
 def cmd_token_create(client: Client, args) -> None:
@@ -56,7 +40,7 @@ def cmd_token_create(client: Client, args) -> None:
         expires = (datetime.now(UTC) + timedelta(days=args.expires_in_days)).isoformat()
     token = client.create_token(name=args.name, read_only=args.read_only, expires_at=expires)
     if args.json:
-        _emit(args, token)
+        emit(args, token)
     else:
         print(token["token"])
         print(f"(token {token['id']}; shown once, store it now)", file=sys.stderr)
@@ -91,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     revoke = token_sub.add_parser("revoke", help="revoke a token by id")
     revoke.add_argument("id")
     revoke.set_defaults(func=cmd_token_revoke)
+    jobs_cli.add_parsers(sub)
     return parser
 
 
@@ -98,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         with Client(url=args.url, token=args.token) as client:
-            args.func(client, args)
+            return args.func(client, args) or 0
     except TorusError as exc:
         print(f"torus: {exc}", file=sys.stderr)
         return 1

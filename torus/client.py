@@ -1,5 +1,6 @@
 """torus.Client: a thin, typed wrapper over the REST API."""
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -7,6 +8,8 @@ import httpx
 
 from torus.config import load_settings
 from torus.errors import TorusError
+
+TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED", "TIMEOUT"}
 
 
 class Client:
@@ -90,6 +93,88 @@ class Client:
 
     def revoke_token(self, token_id: str) -> None:
         self.request("DELETE", f"/api/v1/tokens/{token_id}/")
+
+    # -- jobs --------------------------------------------------------------------------
+
+    def submit(self, spec: dict) -> dict:
+        """Submit a job spec (see docs/jobs.md); returns the job with its state."""
+        return self.request("POST", "/api/v1/jobs/", json=spec)
+
+    def jobs(self, *, state=None, project=None, user=None, label=None, limit=200) -> list[dict]:
+        rows = []
+        params = {"state": state, "project": project, "user": user, "label": label}
+        for row in self.paginate("/api/v1/jobs/", **params):
+            rows.append(row)
+            if len(rows) >= limit:
+                break
+        return rows
+
+    def job(self, job_id: str) -> dict:
+        return self.request("GET", f"/api/v1/jobs/{job_id}/")
+
+    def cancel(self, job_id: str) -> dict:
+        return self.request("POST", f"/api/v1/jobs/{job_id}/cancel/")
+
+    def restart(self, job_id: str) -> dict:
+        return self.request("POST", f"/api/v1/jobs/{job_id}/restart/")
+
+    def wait(
+        self, job_id: str, *, timeout: float | None = None, poll: float = 1.0, on_change=None
+    ) -> dict:
+        """Poll until the job ends; `on_change(job)` is called whenever state or reason moves."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        seen = None
+        while True:
+            job = self.job(job_id)
+            key = (job["state"], job["state_reason"])
+            if key != seen and on_change:
+                on_change(job)
+            seen = key
+            if job["state"] in TERMINAL:
+                return job
+            if deadline is not None and time.monotonic() > deadline:
+                raise TorusError(f"timed out waiting for job {job_id} ({job['state']})")
+            time.sleep(poll)
+
+    def logs(
+        self,
+        job_id: str,
+        *,
+        attempt: int | None = None,
+        stream: str = "stdout",
+        offset: int = 0,
+        limit: int = 65536,
+    ) -> dict:
+        params = {"stream": stream, "offset": offset, "limit": limit}
+        if attempt:
+            params["attempt"] = attempt
+        return self.request("GET", f"/api/v1/jobs/{job_id}/logs/", params=params)
+
+    def follow_logs(
+        self, job_id: str, *, attempt: int | None = None, stream: str = "stdout", poll: float = 1.0
+    ) -> Iterator[str]:
+        """Yield an attempt's output as it is written, until the attempt has ended."""
+        offset = 0
+        while True:
+            chunk = self.logs(job_id, attempt=attempt, stream=stream, offset=offset)
+            if chunk["data"]:
+                yield chunk["data"]
+            offset = chunk["next_offset"]
+            if chunk["complete"]:
+                return
+            attempt = attempt or chunk["attempt"]
+            if not chunk["data"]:
+                time.sleep(poll)
+
+    def usage(self, *, period: str | None = None, group_by: str = "project") -> list[dict]:
+        params = {"group_by": group_by, **({"period": period} if period else {})}
+        return self.request("GET", "/api/v1/usage/", params=params)["results"]
+
+    def clusters(self) -> list[dict]:
+        return list(self.paginate("/api/v1/clusters/"))
+
+    def nodes(self, *, cluster: str | None = None) -> list[dict]:
+        return list(self.paginate("/api/v1/nodes/", cluster=cluster))
 
     def audit_events(self, *, action: str | None = None, limit: int = 100) -> list[dict]:
         rows = []

@@ -1,6 +1,7 @@
 """The base viewset for tenant-owned resources: scoping and the role check can't be forgotten."""
 
 from rest_framework import viewsets
+from rest_framework.permissions import SAFE_METHODS
 
 from apps.core.actor import Actor
 from apps.tenancy.access import actor_for, client_ip
@@ -37,7 +38,11 @@ class TenantScopedViewSet(viewsets.GenericViewSet):
         return super().get_queryset().visible_to(self.actor)
 
     def verb(self) -> str:
-        return ACTION_VERBS.get(self.action, self.action or "read")
+        """The policy action of this request: CRUD verbs, "read" for any other safe request,
+        else the custom action's own name (e.g. "cancel")."""
+        if self.action in ACTION_VERBS:
+            return ACTION_VERBS[self.action]
+        return "read" if self.request.method in SAFE_METHODS else (self.action or "read")
 
     def check_object_permissions(self, request, obj):
         super().check_object_permissions(request, obj)

@@ -87,3 +87,19 @@ class JobDetailSerializer(JobSerializer):
     class Meta(JobSerializer.Meta):
         fields = [*JobSerializer.Meta.fields, "spec", "attempts", "events"]
         read_only_fields = fields
+
+
+class LogQuerySerializer(serializers.Serializer):
+    attempt = serializers.IntegerField(min_value=1, required=False)
+    stream = serializers.ChoiceField(choices=["stdout", "stderr"], default="stdout")
+    offset = serializers.IntegerField(min_value=0, default=0)
+    limit = serializers.IntegerField(min_value=1, max_value=1024 * 1024, default=65536)
+
+
+class LogChunkSerializer(serializers.Serializer):
+    attempt = serializers.IntegerField(allow_null=True)
+    stream = serializers.CharField()
+    offset = serializers.IntegerField()
+    next_offset = serializers.IntegerField()
+    data = serializers.CharField()
+    complete = serializers.BooleanField(help_text="The attempt has ended and all was read.")

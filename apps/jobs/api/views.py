@@ -1,7 +1,8 @@
 """Job endpoints: submit (JSON or YAML), list with filters, detail, cancel, restart."""
 
 from django.core.exceptions import ValidationError
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status
 from rest_framework.decorators import action
 from rest_framework.parsers import JSONParser
@@ -11,8 +12,14 @@ from apps.core.api.parsers import YAMLParser
 from apps.core.api.views import TenantScopedViewSet
 from apps.jobs import services
 from apps.jobs.api.filters import JobFilter
-from apps.jobs.api.serializers import JobDetailSerializer, JobSerializer
+from apps.jobs.api.serializers import (
+    JobDetailSerializer,
+    JobSerializer,
+    LogChunkSerializer,
+    LogQuerySerializer,
+)
 from apps.jobs.models import Job
+from apps.jobs.selectors import read_log_chunk
 from apps.jobs.spec import JobSpecSerializer
 from apps.tenancy.models import Project
 
@@ -50,6 +57,24 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedV
     def cancel(self, request, pk=None):
         job = services.job_cancel(actor=self.actor, job=self.get_object())
         return Response(JobDetailSerializer(job).data)
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("attempt", OpenApiTypes.INT, description="default: the latest"),
+            OpenApiParameter("stream", OpenApiTypes.STR, enum=["stdout", "stderr"]),
+            OpenApiParameter("offset", OpenApiTypes.INT, description="byte offset to read from"),
+            OpenApiParameter("limit", OpenApiTypes.INT, description="bytes, at most 1 MiB"),
+        ],
+        responses=LogChunkSerializer,
+    )
+    @action(detail=True, methods=["get"])
+    def logs(self, request, pk=None):
+        """A chunk of an attempt's output file; poll with `next_offset` to follow it."""
+        job = self.get_object()
+        params = LogQuerySerializer(data=request.query_params)
+        params.is_valid(raise_exception=True)
+        chunk = read_log_chunk(job=job, **params.validated_data)
+        return Response(chunk)
 
     @extend_schema(request=None, responses=JobDetailSerializer)
     @action(detail=True, methods=["post"])

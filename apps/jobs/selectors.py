@@ -1,0 +1,52 @@
+"""Reads for jobs beyond plain querysets: attempt output files."""
+
+from pathlib import Path
+
+from django.core.exceptions import ValidationError
+
+from apps.jobs.models import ATTEMPT_ENDED, Job
+
+
+def read_log_chunk(*, job: Job, stream: str, offset: int, limit: int, attempt: int | None = None):
+    """Bytes [offset, offset+limit) of an attempt's stdout or stderr, decoded leniently.
+    The path comes from the attempt row, never from the request."""
+    attempts = job.attempts.order_by("-number")
+    row = attempts.filter(number=attempt).first() if attempt else attempts.first()
+    if attempt and row is None:
+        raise ValidationError({"attempt": [f"This job has no attempt {attempt}."]})
+    empty = {
+        "attempt": row.number if row else None,
+        "stream": stream,
+        "offset": offset,
+        "next_offset": offset,
+        "data": "",
+        "complete": row is None,
+    }
+    if row is None:
+        return empty
+    path = Path(row.stdout_path if stream == "stdout" else row.stderr_path)
+    try:
+        with path.open("rb") as handle:
+            size = handle.seek(0, 2)
+            handle.seek(min(offset, size))
+            data = handle.read(limit)
+    except OSError:
+        return {**empty, "complete": row.state in ATTEMPT_ENDED}
+    # Never cut a UTF-8 character in two: stop before an incomplete trailing sequence.
+    cut = len(data)
+    if cut == limit:
+        while cut > 0 and (data[cut - 1] & 0xC0) == 0x80:
+            cut -= 1
+        if cut > 0 and data[cut - 1] >= 0xC0:
+            cut -= 1
+        cut = cut or len(data)
+    data = data[:cut]
+    next_offset = min(offset, size) + len(data)
+    return {
+        "attempt": row.number,
+        "stream": stream,
+        "offset": offset,
+        "next_offset": next_offset,
+        "data": data.decode("utf-8", errors="replace"),
+        "complete": row.state in ATTEMPT_ENDED and next_offset >= size,
+    }

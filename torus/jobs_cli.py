@@ -1,0 +1,202 @@
+"""`torus` subcommands for jobs: submit, jobs, show, cancel, restart, logs, usage, clusters."""
+
+import json
+import sys
+from pathlib import Path
+
+import yaml
+
+from torus.client import Client
+from torus.errors import TorusError
+from torus.output import emit, table
+
+JOB_COLUMNS = ["id", "name", "project_slug", "user", "state", "gpus", "created_at"]
+
+
+def load_spec(path: str) -> dict:
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text()
+    except OSError as exc:
+        raise TorusError(f"cannot read {path}: {exc.strerror}") from exc
+    try:
+        spec = yaml.safe_load(text)  # YAML is a superset of JSON
+    except yaml.YAMLError as exc:
+        raise TorusError(f"{path} is not valid YAML or JSON: {exc}") from exc
+    if not isinstance(spec, dict):
+        raise TorusError(f"{path} must hold a mapping (a job spec), not {type(spec).__name__}")
+    return spec
+
+
+def resolve_project(client: Client, ref: str) -> str:
+    """A project id from an id or a slug."""
+    if len(ref) == 36 and ref.count("-") == 4:
+        return ref
+    matches = client.request("GET", "/api/v1/projects/", params={"slug": ref})["results"]
+    if len(matches) != 1:
+        raise TorusError(f"no single project with slug {ref!r} ({len(matches)} found)")
+    return matches[0]["id"]
+
+
+def _progress(job: dict) -> None:
+    position = f" (#{job['queue_position']} in queue)" if job.get("queue_position") else ""
+    reason = f": {job['state_reason']}" if job.get("state_reason") else ""
+    print(f"[{job['name']}] {job['state']}{position}{reason}", file=sys.stderr, flush=True)
+
+
+def cmd_submit(client: Client, args) -> int:
+    spec = load_spec(args.file)
+    if args.project:
+        spec["project"] = args.project
+    if "project" not in spec:
+        raise TorusError("say which project: a `project:` key in the spec or --project")
+    spec["project"] = resolve_project(client, str(spec["project"]))
+    if args.name:
+        spec["name"] = args.name
+    job = client.submit(spec)
+    if not args.wait:
+        emit(args, job, ["id", "name", "state", "state_reason"])
+        return 0
+    if not args.json:
+        print(f"submitted {job['id']}", file=sys.stderr)
+    job = client.wait(job["id"], on_change=None if args.json else _progress, poll=args.poll)
+    emit(args, job, ["id", "name", "state", "state_reason", "exit_code"])
+    return 0 if job["state"] == "SUCCEEDED" else 1
+
+
+def cmd_jobs(client: Client, args) -> int:
+    rows = client.jobs(
+        state=args.state, project=args.project, user=args.user, label=args.label, limit=args.limit
+    )
+    emit(args, rows, JOB_COLUMNS)
+    return 0
+
+
+def cmd_show(client: Client, args) -> int:
+    job = client.job(args.id)
+    if args.json:
+        print(json.dumps(job, indent=2))
+        return 0
+    fields = [
+        "id",
+        "name",
+        "project_slug",
+        "user",
+        "state",
+        "state_reason",
+        "cluster",
+        "partition",
+        "gpus",
+        "cpus",
+        "memory_mb",
+        "restart_count",
+        "latest_checkpoint",
+        "exit_code",
+        "created_at",
+        "started_at",
+        "finished_at",
+    ]
+    for field in fields:
+        print(f"{field:<18} {job.get(field) if job.get(field) is not None else '-'}")
+    print("\nattempts")
+    print(table(job["attempts"], ["number", "state", "backend_id", "nodes", "exit_code", "reason"]))
+    print("\ntimeline")
+    print(table(job["events"], ["created_at", "from_state", "to_state", "reason"]))
+    return 0
+
+
+def cmd_cancel(client: Client, args) -> int:
+    emit(args, client.cancel(args.id), ["id", "state", "cancel_requested"])
+    return 0
+
+
+def cmd_restart(client: Client, args) -> int:
+    emit(args, client.restart(args.id), ["id", "state", "state_reason"])
+    return 0
+
+
+def cmd_logs(client: Client, args) -> int:
+    stream = "stderr" if args.stderr else "stdout"
+    if args.follow:
+        for text in client.follow_logs(args.id, attempt=args.attempt, stream=stream):
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        return 0
+    offset = 0
+    while True:
+        chunk = client.logs(
+            args.id, attempt=args.attempt, stream=stream, offset=offset, limit=1024 * 1024
+        )
+        sys.stdout.write(chunk["data"])
+        if chunk["next_offset"] == offset:
+            return 0
+        offset = chunk["next_offset"]
+
+
+def cmd_usage(client: Client, args) -> int:
+    rows = client.usage(period=args.period, group_by=args.group_by)
+    columns = [
+        "period",
+        "tenant",
+        *([args.group_by] if args.group_by in ("project", "user") else []),
+        "gpu_hours",
+        "cpu_hours",
+        "jobs",
+    ]
+    emit(args, rows, columns)
+    return 0
+
+
+def cmd_clusters(client: Client, args) -> int:
+    emit(args, client.clusters(), ["name", "backend", "healthy", "last_reconciled_at"])
+    return 0
+
+
+def cmd_nodes(client: Client, args) -> int:
+    rows = client.nodes(cluster=args.cluster)
+    for row in rows:
+        row["gpus"] = sum(sum(kinds.values()) for kinds in row["accelerators"].values())
+    emit(args, rows, ["cluster", "name", "state", "cpus", "memory_mb", "gpus", "reason"])
+    return 0
+
+
+def add_parsers(sub) -> None:
+    p = sub.add_parser("submit", help="submit a job spec (YAML or JSON file, - for stdin)")
+    p.add_argument("file")
+    p.add_argument("--project", help="project id or slug (overrides the spec)")
+    p.add_argument("--name", help="job name (overrides the spec)")
+    p.add_argument(
+        "--wait", action="store_true", help="wait for the end; exit 1 unless it succeeded"
+    )
+    p.add_argument("--poll", type=float, default=1.0, help="seconds between checks")
+    p.set_defaults(func=cmd_submit)
+    p = sub.add_parser("jobs", help="list jobs")
+    p.add_argument("--state", help="e.g. RUNNING or PENDING,QUEUED")
+    p.add_argument("--project", help="project id or slug")
+    p.add_argument("--user")
+    p.add_argument("--label", help="key=value")
+    p.add_argument("--limit", type=int, default=50)
+    p.set_defaults(func=cmd_jobs)
+    for name, func, text in [
+        ("show", cmd_show, "a job with its attempts and timeline"),
+        ("cancel", cmd_cancel, "cancel a job"),
+        ("restart", cmd_restart, "run a finished job again"),
+    ]:
+        p = sub.add_parser(name, help=text)
+        p.add_argument("id")
+        p.set_defaults(func=func)
+    p = sub.add_parser("logs", help="a job's output")
+    p.add_argument("id")
+    p.add_argument("--attempt", type=int)
+    p.add_argument("--stderr", action="store_true")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing until it ends")
+    p.set_defaults(func=cmd_logs)
+    p = sub.add_parser("usage", help="GPU and CPU hours per period")
+    p.add_argument("--period", help="YYYY-MM (default: this month)")
+    p.add_argument(
+        "--group-by", default="project", choices=["tenant", "project", "user", "project_user"]
+    )
+    p.set_defaults(func=cmd_usage)
+    sub.add_parser("clusters", help="clusters").set_defaults(func=cmd_clusters)
+    p = sub.add_parser("nodes", help="nodes with their accelerators")
+    p.add_argument("--cluster")
+    p.set_defaults(func=cmd_nodes)
