@@ -70,9 +70,14 @@ def test_a_claim_slurm_never_saw_is_submitted_again(acme, slurm_cluster, setting
 
 def test_reconciler_rpcs_do_not_grow_with_the_number_of_jobs(acme, slurm_cluster):
     def rpcs_of_one_pass() -> tuple[int, int]:
-        slurm("sdiag", "--reset")
-        stats = reconcile.reconcile_cluster(cluster_id=slurm_cluster.pk)
-        return sdiag_rpcs(), stats["rpcs"]
+        # The fewest over three passes: anything else reading the controller meanwhile can
+        # only add to a pass's count, never take from it.
+        seen = []
+        for _ in range(3):
+            slurm("sdiag", "--reset")
+            stats = reconcile.reconcile_cluster(cluster_id=slurm_cluster.pk)
+            seen.append((sdiag_rpcs(), stats["rpcs"]))
+        return min(seen)
 
     _queued(acme, 2)
     dispatch.dispatch_cluster(cluster_id=slurm_cluster.pk)
