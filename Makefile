@@ -15,7 +15,7 @@ export TORUS_SECRET_KEY ?= $(shell mkdir -p .var && test -s .var/secret-key || \
 	cat .var/secret-key)
 export DJANGO_SETTINGS_MODULE := config.settings
 
-.PHONY: help up down test lint bench services migrate static seed venv
+.PHONY: help up down test lint bench services migrate static seed venv examples-venv
 
 help:
 	@echo "make up     run the platform (services, migrations, demo data, web, worker, beat)"
@@ -31,6 +31,17 @@ $(BIN)/.installed: pyproject.toml
 	touch $@
 
 venv: $(BIN)/.installed
+
+# The researchers' side: the environment the example training jobs run in (PyTorch on CPU).
+# Kept apart from the platform's own virtualenv, as a job's environment would be.
+TORCH_VENV := $(TORUS_VAR_DIR)/venvs/torch
+$(TORCH_VENV)/.installed:
+	test -x $(TORCH_VENV)/bin/python || $(PYTHON) -m venv $(TORCH_VENV)
+	$(TORCH_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(TORCH_VENV)/bin/python -m pip install --quiet 'torch==2.13.0'
+	touch $@
+
+examples-venv: $(TORCH_VENV)/.installed
 
 services:
 	platform/services/up
@@ -61,7 +72,7 @@ lint: venv
 	$(BIN)/ruff format --check .
 
 # Tests use their own Redis databases (8-10) so they never touch a running platform's.
-test: venv services static lint
+test: venv examples-venv services static lint
 	TORUS_REDIS_DB_BASE=8 $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: venv services

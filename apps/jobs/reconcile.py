@@ -166,7 +166,9 @@ def apply(*, attempt_id, found: BackendJob, outcome: str, down_nodes: set[str]) 
 def _copy_backend_fields(attempt: JobAttempt, found: BackendJob) -> bool:
     before = (attempt.backend_state, attempt.backend_reason, attempt.nodes, attempt.backend_id)
     attempt.backend_state, attempt.backend_reason = found.state, found.reason[:255]
-    if found.nodes:
+    # Keep the nodes an attempt started on: after a node failure Slurm drops the failed node
+    # from the job's list, and that node is the one the next attempt must avoid.
+    if found.nodes and (not attempt.nodes or attempt.state != AttemptState.RUNNING):
         attempt.nodes = found.nodes
     if found.backend_id:
         attempt.backend_id = found.backend_id

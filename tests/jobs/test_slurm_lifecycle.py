@@ -65,7 +65,7 @@ def test_every_process_gets_the_distributed_environment(acme, slurm_cluster):
     assert len({f["master"] for f in fields}) == 1
     assert fields[0]["master"].startswith("127.0.0.")
     assert {f["gpus"] for f in fields} == {"0,1"}
-    assert sorted(finished.attempts.get().nodes) == ["n1", "n2"]
+    assert len(set(finished.attempts.get().nodes)) == 2
 
 
 def test_hostile_arguments_and_environment_arrive_as_literal_data(acme, slurm_cluster, tmp_path):
@@ -171,7 +171,7 @@ def test_a_job_past_its_time_limit_times_out(acme, slurm_cluster):
 def test_a_job_waiting_in_slurm_shows_why(acme, slurm_cluster):
     client = acme.client(Role.ADMIN)
     hog = submit(
-        client, acme.project, command=["sleep", "300"], resources={"nodes": 2, "gpus_per_node": 4}
+        client, acme.project, command=["sleep", "300"], resources={"nodes": 3, "gpus_per_node": 4}
     )
     drive(hog["id"], until={"RUNNING"})
     waiting = submit(client, acme.project, command=["true"], resources={"gpus_per_node": 1})
