@@ -21,6 +21,7 @@ def test_readyz_reports_each_dependency(celery_worker):
         "database": "ok",
         "redis": "ok",
         "celery": "ok",
+        "clusters": "ok",
     }
     assert ping.delay().get(timeout=10) == "pong"
 

@@ -105,3 +105,14 @@ def test_a_controller_that_does_not_answer_fails_no_job(acme, slurm_cluster):
     assert Job.objects.get(pk=job_id).state == "RUNNING"
     clusters = acme.client(Role.VIEWER).get(reverse("cluster-list")).json()["results"]
     assert clusters[0]["healthy"] is False
+
+
+def test_readyz_reports_a_cluster_whose_controller_does_not_answer(slurm_cluster, celery_worker):
+    from django.test import Client
+
+    assert Client().get("/readyz").json()["checks"]["clusters"]["status"] == "ok"
+    slurm_cluster.config = {**slurm_cluster.config, "restd_url": "http://127.0.0.1:9"}
+    slurm_cluster.save()
+    response = Client().get("/readyz")
+    assert response.status_code == 503
+    assert response.json()["checks"]["clusters"]["error"].startswith("RuntimeError: local: ")

@@ -85,6 +85,9 @@ class Backend(Protocol):
 
     def cancel(self, backend_id: str) -> None: ...
 
+    def ping(self) -> None:
+        """Raise ClusterUnavailable unless the controller answers."""
+
     def inventory(self) -> tuple[list[PartitionInfo], list[NodeInfo]]: ...
 
     def attempt_outcome(self, job: BackendJob) -> str:

@@ -288,6 +288,9 @@ class SlurmBackend:
             )
         return found
 
+    def ping(self) -> None:
+        self._call("GET", "/ping")
+
     def cancel(self, backend_id: str) -> None:
         self._call("DELETE", f"/job/{int(backend_id)}")
 
