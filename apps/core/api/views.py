@@ -1,5 +1,6 @@
 """The base viewset for tenant-owned resources: scoping and the role check can't be forgotten."""
 
+from drf_spectacular.utils import extend_schema
 from rest_framework import viewsets
 from rest_framework.permissions import SAFE_METHODS
 
@@ -15,6 +16,14 @@ ACTION_VERBS = {
     "partial_update": "update",
     "destroy": "delete",
 }
+
+
+class PatchOnlyMixin:
+    """PUT behaves as PATCH (and stays out of the schema): resources are edited field by field."""
+
+    @extend_schema(exclude=True)
+    def update(self, request, *args, **kwargs):
+        return self.partial_update(request, *args, **kwargs)
 
 
 class TenantScopedViewSet(viewsets.GenericViewSet):

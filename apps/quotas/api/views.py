@@ -12,7 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.core.api.serializers import StrictModelSerializer
-from apps.core.api.views import TenantScopedViewSet
+from apps.core.api.views import PatchOnlyMixin, TenantScopedViewSet
 from apps.quotas import services
 from apps.quotas.models import Quota
 from apps.quotas.selectors import usage_summary
@@ -58,7 +58,9 @@ class QuotaUpdateSerializer(StrictModelSerializer):
         extra_kwargs = {"gpu_hours_per_month": {"min_value": 0}}
 
 
-class QuotaViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet):
+class QuotaViewSet(
+    PatchOnlyMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet
+):
     resource = "quota"
     queryset = Quota.objects.select_related("tenant", "project", "user")
     serializer_class = QuotaSerializer
@@ -96,10 +98,6 @@ class QuotaViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScope
             actor=self.actor, quota=quota, limits=serializer.validated_data, ip=self.ip
         )
         return Response(self.get_serializer(quota).data)
-
-    @extend_schema(exclude=True)
-    def update(self, request, *args, **kwargs):
-        return self.partial_update(request, *args, **kwargs)
 
     def destroy(self, request, *args, **kwargs):
         services.quota_delete(actor=self.actor, quota=self.get_object(), ip=self.ip)

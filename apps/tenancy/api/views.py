@@ -11,7 +11,7 @@ from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.core.api.views import TenantScopedViewSet
+from apps.core.api.views import PatchOnlyMixin, TenantScopedViewSet
 from apps.tenancy import services
 from apps.tenancy.access import actor_for_user
 from apps.tenancy.api import filters
@@ -46,7 +46,7 @@ class _ReadMixin(mixins.ListModelMixin, mixins.RetrieveModelMixin):
         return {**super().get_serializer_context(), "actor": self.actor}
 
 
-class TenantViewSet(_ReadMixin, TenantScopedViewSet):
+class TenantViewSet(PatchOnlyMixin, _ReadMixin, TenantScopedViewSet):
     resource = "tenant"
     queryset = Tenant.objects.all()
     serializer_class = TenantSerializer
@@ -62,12 +62,8 @@ class TenantViewSet(_ReadMixin, TenantScopedViewSet):
         )
         return Response(self.get_serializer(tenant).data)
 
-    @extend_schema(exclude=True)
-    def update(self, request, *args, **kwargs):
-        return self.partial_update(request, *args, **kwargs)
 
-
-class MembershipViewSet(_ReadMixin, TenantScopedViewSet):
+class MembershipViewSet(PatchOnlyMixin, _ReadMixin, TenantScopedViewSet):
     resource = "membership"
     queryset = Membership.objects.select_related("user")
     serializer_class = MembershipSerializer
@@ -102,16 +98,12 @@ class MembershipViewSet(_ReadMixin, TenantScopedViewSet):
         )
         return Response(self.get_serializer(membership).data)
 
-    @extend_schema(exclude=True)
-    def update(self, request, *args, **kwargs):
-        return self.partial_update(request, *args, **kwargs)
-
     def destroy(self, request, *args, **kwargs):
         services.membership_delete(actor=self.actor, membership=self.get_object(), ip=self.ip)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-class ProjectViewSet(_ReadMixin, TenantScopedViewSet):
+class ProjectViewSet(PatchOnlyMixin, _ReadMixin, TenantScopedViewSet):
     resource = "project"
     queryset = Project.objects.all()
     serializer_class = ProjectSerializer
@@ -136,10 +128,6 @@ class ProjectViewSet(_ReadMixin, TenantScopedViewSet):
             actor=self.actor, project=project, fields=serializer.validated_data, ip=self.ip
         )
         return Response(self.get_serializer(project).data)
-
-    @extend_schema(exclude=True)
-    def update(self, request, *args, **kwargs):
-        return self.partial_update(request, *args, **kwargs)
 
     def destroy(self, request, *args, **kwargs):
         services.project_delete(actor=self.actor, project=self.get_object(), ip=self.ip)
