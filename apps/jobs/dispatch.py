@@ -20,7 +20,7 @@ from apps.compute.backends import for_cluster
 from apps.compute.backends.base import ClusterUnavailable, Submission, SubmitRejected
 from apps.compute.models import Cluster
 from apps.jobs import paths
-from apps.jobs.models import AttemptState, Job, JobAttempt
+from apps.jobs.models import AttemptState, Job, JobAttempt, JobEvent
 from apps.jobs.states import State
 
 logger = logging.getLogger(__name__)
@@ -84,24 +84,43 @@ def build_submission(attempt: JobAttempt, cluster: Cluster) -> Submission:
 
 
 def mark_submitted(*, attempt_id, backend_id: str, adopted: bool = False) -> None:
-    from apps.jobs.services import job_transition
+    mark_submitted_many(submitted={attempt_id: backend_id}, adopted=adopted)
 
+
+def mark_submitted_many(*, submitted: dict, adopted: bool = False) -> None:
+    """Record backend ids ({attempt id: backend id}) and move their jobs to SUBMITTED, in one
+    transaction whatever the number."""
+    from apps.jobs.services import TRANSITION_FIELDS, transition_in_memory
+
+    how = "adopted from the cluster" if adopted else "submitted"
+    now = timezone.now()
     with transaction.atomic():
-        attempt = JobAttempt.objects.select_for_update().get(pk=attempt_id)
-        if attempt.state != AttemptState.SUBMITTING:
-            return
-        job = Job.objects.select_for_update().get(pk=attempt.job_id)
-        attempt.state, attempt.backend_id = AttemptState.SUBMITTED, backend_id
-        attempt.submitted_at = timezone.now()
-        attempt.save(update_fields=["state", "backend_id", "submitted_at", "updated_at"])
-        how = "adopted from the cluster" if adopted else "submitted"
-        if job.state == State.QUEUED:
-            job_transition(
-                job=job,
-                to=State.SUBMITTED,
-                attempt=attempt,
-                reason=f"{how} as Slurm job {backend_id}",
-            )
+        attempts = list(
+            JobAttempt.objects.select_for_update()
+            .filter(pk__in=list(submitted), state=AttemptState.SUBMITTING)
+            .order_by("pk")
+        )
+        jobs = Job.objects.select_for_update().in_bulk([a.job_id for a in attempts])
+        events, moved = [], []
+        for attempt in attempts:
+            attempt.state, attempt.backend_id = AttemptState.SUBMITTED, submitted[attempt.pk]
+            attempt.submitted_at = attempt.updated_at = now
+            job = jobs[attempt.job_id]
+            if job.state == State.QUEUED:
+                events.append(
+                    transition_in_memory(
+                        job=job,
+                        to=State.SUBMITTED,
+                        attempt=attempt,
+                        reason=f"{how} as Slurm job {attempt.backend_id}",
+                    )
+                )
+                moved.append(job)
+        JobAttempt.objects.bulk_update(
+            attempts, ["state", "backend_id", "submitted_at", "updated_at"]
+        )
+        Job.objects.bulk_update(moved, TRANSITION_FIELDS)
+        JobEvent.objects.bulk_create(events)
 
 
 def mark_rejected(*, attempt_id, message: str) -> None:
@@ -190,11 +209,13 @@ def dispatch_cluster(*, cluster_id, limit: int = 500) -> int:
 
         with ThreadPoolExecutor(max_workers=settings.TORUS_DISPATCH_THREADS) as pool:
             results = list(pool.map(submit, requests))
+        accepted = {attempt_id: backend_id for attempt_id, backend_id, _ in results if backend_id}
+        mark_submitted_many(submitted=accepted)
+        total += len(accepted)
         for attempt_id, backend_id, error in results:
             if backend_id:
-                mark_submitted(attempt_id=attempt_id, backend_id=backend_id)
-                total += 1
-            elif isinstance(error, SubmitRejected):
+                continue
+            if isinstance(error, SubmitRejected):
                 mark_rejected(attempt_id=attempt_id, message=str(error)[:1000])
             else:  # unknown outcome: stays SUBMITTING; recover_submitting decides later
                 logger.warning("submit of attempt %s unconfirmed: %s", attempt_id, error)

@@ -267,7 +267,7 @@ def _describe(outcome: str, found: BackendJob) -> str:
 def release_restarts(*, cluster: Cluster) -> int:
     """RESTARTING jobs whose backoff is over go back to QUEUED for the dispatcher."""
     from apps.jobs.services import job_transition
-    from apps.jobs.tasks import dispatch_cluster
+    from apps.jobs.tasks import request_dispatch
 
     now, released = timezone.now(), 0
     due = (
@@ -293,7 +293,7 @@ def release_restarts(*, cluster: Cluster) -> int:
             )
             released += 1
     if released:
-        transaction.on_commit(lambda: dispatch_cluster.delay(str(cluster.pk)))
+        transaction.on_commit(lambda: request_dispatch(cluster.pk))
     return released
 
 

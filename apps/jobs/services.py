@@ -13,11 +13,40 @@ from apps.jobs import paths
 from apps.jobs.models import ATTEMPT_ENDED, AttemptState, Job, JobAttempt, JobEvent
 from apps.jobs.spec import normalise, totals
 from apps.jobs.states import ACTIVE, TERMINAL, State, check_transition
-from apps.tenancy.audit import audit_record
-from apps.tenancy.models import Project, Role
+from apps.tenancy.audit import audit_event, audit_record
+from apps.tenancy.models import AuditEvent, Project, Role
 from apps.tenancy.policies import has_role
 
 logger = logging.getLogger(__name__)
+
+
+TRANSITION_FIELDS = [
+    "state",
+    "state_reason",
+    "admitted_at",
+    "started_at",
+    "finished_at",
+    "queue_position",
+    "updated_at",
+]
+
+
+def transition_in_memory(*, job: Job, to: str, reason: str = "", attempt=None) -> JobEvent:
+    """Apply a checked transition to a (row-locked) job object and return its unsaved event.
+    Callers save the job's TRANSITION_FIELDS and the event, one by one or in bulk."""
+    check_transition(job.state, to)
+    now = timezone.now()
+    event = JobEvent(job=job, attempt=attempt, from_state=job.state, to_state=to, reason=reason)
+    job.state, job.state_reason, job.updated_at = to, reason, now
+    if to == State.QUEUED and job.admitted_at is None:
+        job.admitted_at = now
+    if to == State.RUNNING and job.started_at is None:
+        job.started_at = now
+    if to in TERMINAL:
+        job.finished_at, job.queue_position = now, None
+    if to == State.PENDING:
+        job.finished_at = None
+    return event
 
 
 def job_transition(*, job: Job, to: str, reason: str = "", attempt=None) -> JobEvent | None:
@@ -27,23 +56,9 @@ def job_transition(*, job: Job, to: str, reason: str = "", attempt=None) -> JobE
             job.state_reason = reason
             job.save(update_fields=["state_reason", "updated_at"])
         return None
-    check_transition(job.state, to)
-    now = timezone.now()
-    event = JobEvent.objects.create(
-        job=job, attempt=attempt, from_state=job.state, to_state=to, reason=reason
-    )
-    job.state, job.state_reason = to, reason
-    fields = ["state", "state_reason", "updated_at"]
-    if to == State.QUEUED and job.admitted_at is None:
-        job.admitted_at, fields = now, [*fields, "admitted_at"]
-    if to == State.RUNNING and job.started_at is None:
-        job.started_at, fields = now, [*fields, "started_at"]
-    if to in TERMINAL:
-        job.finished_at, job.queue_position = now, None
-        fields += ["finished_at", "queue_position"]
-    if to == State.PENDING:
-        job.finished_at, fields = None, [*fields, "finished_at"]
-    job.save(update_fields=fields)
+    event = transition_in_memory(job=job, to=to, reason=reason, attempt=attempt)
+    event.save()
+    job.save(update_fields=TRANSITION_FIELDS)
     return event
 
 
@@ -63,17 +78,32 @@ def _require_project_access(*, actor: Actor, project: Project) -> None:
 
 def job_submit(*, actor: Actor, project: Project, spec: dict) -> Job:
     """Create a job from a validated spec, admit it if it fits, and dispatch after commit."""
+    return job_submit_many(actor=actor, items=[(project, spec)])[0]
+
+
+def job_submit_many(*, actor: Actor, items: list[tuple[Project, dict]]) -> list[Job]:
+    """Create many jobs at once (all or none), then admit them: one admission pass per tenant.
+
+    The jobs are committed PENDING first; admission runs in its own short transaction, so
+    the tenant's admission lock is never held while rows are written.
+    """
     from apps.quotas.admission import admit_tenant
 
-    _require_project_access(actor=actor, project=project)
-    spec = normalise(spec)
-    cluster, partition = choose_placement(
-        resources=spec["resources"],
-        needs_containers=spec["environment"]["type"] == "container",
-    )
-    with transaction.atomic():
-        job = Job.objects.create(
-            tenant_id=project.tenant_id,
+    for project in {project.pk: project for project, _ in items}.values():
+        _require_project_access(actor=actor, project=project)
+    placements: dict[str, tuple] = {}
+    jobs = []
+    for project, raw in items:
+        spec = normalise(raw)
+        key = repr((spec["resources"], spec["environment"]["type"]))
+        if key not in placements:
+            placements[key] = choose_placement(
+                resources=spec["resources"],
+                needs_containers=spec["environment"]["type"] == "container",
+            )
+        cluster, partition = placements[key]
+        job = Job(
+            tenant=project.tenant,
             project=project,
             user=actor.user,
             name=spec["name"],
@@ -86,41 +116,76 @@ def job_submit(*, actor: Actor, project: Project, spec: dict) -> Job:
             **totals(spec),
         )
         job.checkpoint_dir = str(paths.checkpoint_dir(job))
-        job.save(update_fields=["checkpoint_dir"])
-        JobEvent.objects.create(job=job, to_state=State.PENDING, reason="submitted")
-        audit_record(
-            actor=actor,
-            tenant_id=job.tenant_id,
-            action="job.create",
-            target=job,
-            changes={"name": [None, job.name], "project": [None, project.slug]},
+        jobs.append(job)
+    with transaction.atomic():
+        Job.objects.bulk_create(jobs)
+        JobEvent.objects.bulk_create(
+            [JobEvent(job=job, to_state=State.PENDING, reason="submitted") for job in jobs]
         )
-        admit_tenant(tenant_id=job.tenant_id)
-    job.refresh_from_db()
-    return job
+        AuditEvent.objects.bulk_create(
+            [
+                audit_event(
+                    actor=actor,
+                    tenant_id=job.tenant_id,
+                    action="job.create",
+                    target=job,
+                    changes={"name": [None, job.name], "project": [None, job.project.slug]},
+                )
+                for job in jobs
+            ]
+        )
+    for tenant_id in {job.tenant_id for job in jobs}:
+        admit_tenant(tenant_id=tenant_id)
+    by_id = (
+        Job.objects.select_related("project", "user", "cluster")
+        .prefetch_related("attempts", "events__attempt")
+        .in_bulk([job.pk for job in jobs])
+    )
+    return [by_id[job.pk] for job in jobs]
 
 
 def attempt_open(*, job: Job, reason: str = "") -> JobAttempt:
     """A new attempt for a job, resuming from its latest checkpoint, avoiding failed nodes."""
-    previous = job.attempts.order_by("-number").first()
-    number = previous.number + 1 if previous else 1
-    directory = paths.attempt_dir(job, number)
-    directory.mkdir(parents=True, exist_ok=True)
-    paths.checkpoint_dir(job).mkdir(parents=True, exist_ok=True)
-    latest = paths.latest_checkpoint(job.checkpoint_dir)
-    if latest and latest != job.latest_checkpoint:
-        job.latest_checkpoint, job.latest_checkpoint_at = latest, timezone.now()
-        job.save(update_fields=["latest_checkpoint", "latest_checkpoint_at"])
-    return JobAttempt.objects.create(
-        job=job,
-        number=number,
-        state=AttemptState.QUEUED,
-        excluded_nodes=list(previous.excluded_nodes) if previous else [],
-        resume_from=latest,
-        reason=reason,
-        stdout_path=str(directory / "stdout.log"),
-        stderr_path=str(directory / "stderr.log"),
-    )
+    return attempts_open(jobs=[job], reason=reason)[0]
+
+
+def attempts_open(*, jobs: list[Job], reason: str = "") -> list[JobAttempt]:
+    """New attempts for many jobs in one write: each resumes from its job's latest checkpoint
+    and inherits the nodes its previous attempt had to avoid."""
+    previous = {
+        row["job_id"]: row
+        for row in JobAttempt.objects.filter(job__in=jobs)
+        .order_by("job_id", "-number")
+        .distinct("job_id")
+        .values("job_id", "number", "excluded_nodes")
+    }
+    attempts, changed = [], []
+    for job in jobs:
+        last = previous.get(job.pk)
+        number = last["number"] + 1 if last else 1
+        directory = paths.attempt_dir(job, number)
+        directory.mkdir(parents=True, exist_ok=True)
+        paths.checkpoint_dir(job).mkdir(parents=True, exist_ok=True)
+        latest = paths.latest_checkpoint(job.checkpoint_dir) if last else ""
+        if latest and latest != job.latest_checkpoint:
+            job.latest_checkpoint, job.latest_checkpoint_at = latest, timezone.now()
+            changed.append(job)
+        attempts.append(
+            JobAttempt(
+                job=job,
+                number=number,
+                state=AttemptState.QUEUED,
+                reason=reason,
+                excluded_nodes=list(last["excluded_nodes"]) if last else [],
+                resume_from=latest,
+                stdout_path=str(directory / "stdout.log"),
+                stderr_path=str(directory / "stderr.log"),
+            )
+        )
+    JobAttempt.objects.bulk_create(attempts)
+    if changed:
+        Job.objects.bulk_update(changed, ["latest_checkpoint", "latest_checkpoint_at"])
+    return attempts
 
 
 def _authorize_job_action(*, actor: Actor, job: Job) -> None:

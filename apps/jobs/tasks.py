@@ -31,11 +31,24 @@ class _ClusterLock:
             cache.delete(self.key)
 
 
+def _wanted_key(cluster_id) -> str:
+    return f"torus:dispatch-wanted:{cluster_id}"
+
+
+def request_dispatch(cluster_id) -> None:
+    """Ask for a dispatch of a cluster; a request already waiting covers this one too, so
+    500 admissions make one task, not 500."""
+    if cache.add(_wanted_key(cluster_id), "1", timeout=30):
+        dispatch_cluster.delay(str(cluster_id))
+
+
 @shared_task(name="jobs.dispatch_cluster", acks_late=True)
 def dispatch_cluster(cluster_id: str) -> int:
     with _ClusterLock("dispatch", cluster_id) as held:
-        if not held:
+        if not held:  # another dispatch runs: come back when it is likely done
+            dispatch_cluster.apply_async(args=[cluster_id], countdown=0.5)
             return 0
+        cache.delete(_wanted_key(cluster_id))  # what is admitted from now on asks again
         return dispatch.dispatch_cluster(cluster_id=cluster_id)
 
 

@@ -11,10 +11,10 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Sum
+from django.db.models import Count, Sum
 from django.utils import timezone
 
-from apps.jobs.models import AttemptState, Job, JobAttempt
+from apps.jobs.models import AttemptState, Job, JobAttempt, JobEvent
 from apps.jobs.states import ACTIVE, State
 from apps.quotas.models import Quota, UsageRecord
 from apps.tenancy.models import Tenant
@@ -44,25 +44,24 @@ class Books:
     by_scope: dict = field(default_factory=lambda: defaultdict(Usage))
 
     @staticmethod
-    def scopes(job: Job) -> list[tuple]:
+    def scopes_of(project_id, user_id) -> list[tuple]:
         return [
             ("tenant",),
-            ("project", job.project_id),
-            ("user", job.user_id),
-            ("pu", job.project_id, job.user_id),
+            ("project", project_id),
+            ("user", user_id),
+            ("pu", project_id, user_id),
         ]
+
+    @staticmethod
+    def scopes(job: Job) -> list[tuple]:
+        return Books.scopes_of(job.project_id, job.user_id)
 
     def add(self, job: Job) -> None:
         for scope in self.scopes(job):
             self.by_scope[scope].add(job)
 
     def add_gpu_seconds(self, *, project_id, user_id, seconds: float) -> None:
-        for scope in [
-            ("tenant",),
-            ("project", project_id),
-            ("user", user_id),
-            ("pu", project_id, user_id),
-        ]:
+        for scope in self.scopes_of(project_id, user_id):
             self.by_scope[scope].gpu_seconds_month += seconds
 
 
@@ -80,10 +79,23 @@ def month_start(now):
     return now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
 
 
-def _books(tenant_id, now) -> Books:
+def _books(tenant_id, now, quotas: list[Quota]) -> Books:
+    """What the tenant's admitted jobs hold, summed in SQL; GPU-hours only if a quota asks."""
     books = Books()
-    for job in Job.objects.filter(tenant_id=tenant_id, state__in=list(ACTIVE)):
-        books.add(job)
+    active = (
+        Job.objects.filter(tenant_id=tenant_id, state__in=list(ACTIVE))
+        .values("project_id", "user_id")
+        .annotate(gpus=Sum("gpus"), cpus=Sum("cpus"), memory_mb=Sum("memory_mb"), jobs=Count("id"))
+    )
+    for row in active:
+        for scope in Books.scopes_of(row["project_id"], row["user_id"]):
+            used = books.by_scope[scope]
+            used.gpus += row["gpus"]
+            used.cpus += row["cpus"]
+            used.memory_mb += row["memory_mb"]
+            used.running_jobs += row["jobs"]
+    if not any(q.gpu_hours_per_month is not None for q in quotas):
+        return books
     ledger = (
         UsageRecord.objects.filter(tenant_id=tenant_id, ended_at__gte=month_start(now))
         .values("project_id", "user_id")
@@ -95,13 +107,13 @@ def _books(tenant_id, now) -> Books:
         )
     running = JobAttempt.objects.filter(
         job__tenant_id=tenant_id, state=AttemptState.RUNNING, started_at__isnull=False
-    ).select_related("job")
-    for attempt in running:
-        since = max(attempt.started_at, month_start(now))
+    ).values("started_at", "job__project_id", "job__user_id", "job__gpus")
+    for row in running:
+        since = max(row["started_at"], month_start(now))
         books.add_gpu_seconds(
-            project_id=attempt.job.project_id,
-            user_id=attempt.job.user_id,
-            seconds=max(0.0, (now - since).total_seconds()) * attempt.job.gpus,
+            project_id=row["job__project_id"],
+            user_id=row["job__user_id"],
+            seconds=max(0.0, (now - since).total_seconds()) * row["job__gpus"],
         )
     return books
 
@@ -147,44 +159,67 @@ def fair_order(jobs: list[Job], recent_usage: dict) -> list[Job]:
 
 
 def admit_tenant(*, tenant_id) -> list[Job]:
-    """Admit what fits; give every job left waiting its reason and queue position."""
-    from apps.jobs.services import attempt_open, job_transition
-    from apps.jobs.tasks import dispatch_cluster
+    """Admit what fits; give every job left waiting its reason and queue position.
+
+    Without quotas nothing can block, so the pending jobs are simply claimed (skipping rows
+    another admitter holds). With quotas the tenant row is locked so that two admitters never
+    count the same free capacity twice.
+    """
+    from apps.jobs.services import TRANSITION_FIELDS, attempts_open, transition_in_memory
+    from apps.jobs.tasks import request_dispatch
 
     now = timezone.now()
+    quotas = list(Quota.objects.filter(tenant_id=tenant_id).select_related("project", "user"))
     with transaction.atomic():
-        Tenant.objects.select_for_update().get(pk=tenant_id)
+        if quotas:
+            Tenant.objects.select_for_update().get(pk=tenant_id)
         pending = list(
-            Job.objects.select_for_update()
+            Job.objects.select_for_update(skip_locked=not quotas, of=("self",))
             .filter(tenant_id=tenant_id, state=State.PENDING)
             .select_related("tenant")
         )
         if not pending:
             return []
-        quotas = list(Quota.objects.filter(tenant_id=tenant_id).select_related("project", "user"))
-        books = _books(tenant_id, now)
-        window = now - timedelta(days=settings.TORUS_FAIRSHARE_DAYS)
-        recent = dict(
-            UsageRecord.objects.filter(tenant_id=tenant_id, ended_at__gte=window)
-            .values_list("project_id")
-            .annotate(s=Sum("gpu_seconds"))
-            .values_list("project_id", "s")
-        )
-        admitted, position = [], 0
-        for job in fair_order(pending, recent):
-            reason = blocking_reason(job, quotas, books)
-            if reason:
-                position += 1
-                if (job.state_reason, job.queue_position) != (reason, position):
-                    job.state_reason, job.queue_position = reason, position
-                    job.save(update_fields=["state_reason", "queue_position", "updated_at"])
-                continue
-            books.add(job)
-            job.queue_position = None
-            job.save(update_fields=["queue_position"])
-            attempt = attempt_open(job=job)
-            job_transition(job=job, to=State.QUEUED, reason="admitted", attempt=attempt)
-            admitted.append(job)
-        for cluster_id in {job.cluster_id for job in admitted}:
-            transaction.on_commit(lambda c=cluster_id: dispatch_cluster.delay(str(c)))
+        admitted, waiting = [], []
+        if quotas:
+            books = _books(tenant_id, now, quotas)
+            recent = {}
+            if len({job.project_id for job in pending}) > 1:
+                window = now - timedelta(days=settings.TORUS_FAIRSHARE_DAYS)
+                recent = dict(
+                    UsageRecord.objects.filter(tenant_id=tenant_id, ended_at__gte=window)
+                    .values_list("project_id")
+                    .annotate(s=Sum("gpu_seconds"))
+                    .values_list("project_id", "s")
+                )
+            for job in fair_order(pending, recent):
+                reason = blocking_reason(job, quotas, books)
+                if reason:
+                    waiting.append((job, reason))
+                else:
+                    books.add(job)
+                    admitted.append(job)
+        else:
+            admitted = sorted(pending, key=lambda j: (-j.priority, j.created_at))
+        changed = []
+        for position, (job, reason) in enumerate(waiting, start=1):
+            if (job.state_reason, job.queue_position) != (reason, position):
+                job.state_reason, job.queue_position = reason, position
+                changed.append(job)
+        if changed:
+            Job.objects.bulk_update(changed, ["state_reason", "queue_position", "updated_at"])
+        if admitted:
+            attempts = attempts_open(jobs=admitted)
+            events = []
+            for job, attempt in zip(admitted, attempts, strict=True):
+                job.queue_position = None
+                events.append(
+                    transition_in_memory(
+                        job=job, to=State.QUEUED, reason="admitted", attempt=attempt
+                    )
+                )
+            JobEvent.objects.bulk_create(events)
+            Job.objects.bulk_update(admitted, TRANSITION_FIELDS)
+            for cluster_id in {job.cluster_id for job in admitted}:
+                transaction.on_commit(lambda c=cluster_id: request_dispatch(c))
     return admitted

@@ -25,7 +25,14 @@ def diff(before: dict[str, Any], after: dict[str, Any]) -> dict[str, list[Any]]:
     return {k: [before.get(k), after.get(k)] for k in after if before.get(k) != after.get(k)}
 
 
-def audit_record(
+def audit_record(**kwargs) -> AuditEvent:
+    """Write one audit event (see audit_event for the arguments)."""
+    event = audit_event(**kwargs)
+    event.save()
+    return event
+
+
+def audit_event(
     *,
     actor: Actor | None,
     tenant_id,
@@ -35,8 +42,9 @@ def audit_record(
     ip: str | None = None,
     user=None,
 ) -> AuditEvent:
+    """An unsaved audit event, for callers that write many at once (bulk_create)."""
     user = user if user is not None else (actor.user if actor else None)
-    return AuditEvent.objects.create(
+    return AuditEvent(
         tenant_id=tenant_id,
         actor=user if getattr(user, "pk", None) else None,
         actor_repr=getattr(user, "username", "") or "",

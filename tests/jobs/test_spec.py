@@ -141,3 +141,43 @@ def test_script_bodies_and_durations_normalise():
     assert spec["command"] == {"script": "set -e\necho $((1+1))\n"}
     assert spec["resources"]["time_limit"] == 1441
     assert "project" not in spec
+
+
+def test_a_batch_is_created_whole_or_not_at_all(acme, cluster):
+    client = acme.client(Role.MEMBER)
+    good = minimal(acme.project)
+    response = client.post(reverse("job-batch"), {"jobs": [good, {**good, "name": "x y"}, good]})
+    assert response.status_code == 400
+    assert set(response.json()["error"]["fields"]["jobs"]) == {"1"}
+    assert Job.objects.count() == 0
+    response = client.post(
+        reverse("job-batch"), {"jobs": [{**good, "name": f"s{i}"} for i in range(20)]}
+    )
+    assert response.status_code == 201, response.content
+    rows = response.json()["results"]
+    assert [row["name"] for row in rows] == [f"s{i}" for i in range(20)]
+    assert {row["state"] for row in rows} == {"QUEUED"}
+    assert Job.objects.count() == 20
+
+
+def test_a_batch_respects_quotas_and_access(acme, globex, cluster):
+    from apps.quotas.models import Quota
+
+    Quota.objects.create(tenant=acme.tenant, gpus=3)
+    rows = (
+        acme.client(Role.MEMBER)
+        .post(reverse("job-batch"), {"jobs": [minimal(acme.project)] * 5})
+        .json()["results"]
+    )
+    assert [row["state"] for row in rows].count("QUEUED") == 3
+    response = globex.client(Role.OWNER).post(
+        reverse("job-batch"), {"jobs": [minimal(acme.project)]}
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["fields"]["jobs"] == {"0": {"project": ["Project not found."]}}
+    assert (
+        acme.client(Role.VIEWER)
+        .post(reverse("job-batch"), {"jobs": [minimal(acme.project)]})
+        .status_code
+        == 403
+    )

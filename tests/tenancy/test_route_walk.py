@@ -113,6 +113,8 @@ def test_other_tenant_lists_never_show_acme_rows(acme, globex, cluster):
         if takes_pk or name in PUBLIC_ROUTES or name.startswith("auth-"):
             continue
         response = intruder.get(reverse(name))
+        if response.status_code == 405:  # a write-only route (e.g. job-batch)
+            continue
         assert response.status_code == 200, name
         body = response.content.decode()
         assert str(acme.tenant.id) not in body, name

@@ -12,6 +12,7 @@ ACTION_VERBS = {
     "list": "read",
     "retrieve": "read",
     "create": "create",
+    "batch": "create",
     "update": "update",
     "partial_update": "update",
     "destroy": "delete",

@@ -103,3 +103,23 @@ class LogChunkSerializer(serializers.Serializer):
     next_offset = serializers.IntegerField()
     data = serializers.CharField()
     complete = serializers.BooleanField(help_text="The attempt has ended and all was read.")
+
+
+class JobBatchSerializer(serializers.Serializer):
+    jobs = serializers.ListField(
+        child=serializers.DictField(),
+        min_length=1,
+        max_length=1000,
+        help_text="Job specs, as for POST /api/v1/jobs/.",
+    )
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict) and set(data) - {"jobs"}:
+            raise serializers.ValidationError(
+                {name: ["Unknown field."] for name in sorted(set(data) - {"jobs"})}
+            )
+        return super().to_internal_value(data)
+
+
+class JobBatchResultSerializer(serializers.Serializer):
+    results = JobSerializer(many=True)

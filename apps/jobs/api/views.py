@@ -5,6 +5,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status
 from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError as DRFValidationError
 from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
 
@@ -13,6 +14,8 @@ from apps.core.api.views import TenantScopedViewSet
 from apps.jobs import services
 from apps.jobs.api.filters import JobFilter
 from apps.jobs.api.serializers import (
+    JobBatchResultSerializer,
+    JobBatchSerializer,
     JobDetailSerializer,
     JobSerializer,
     LogChunkSerializer,
@@ -51,6 +54,40 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedV
             raise ValidationError({"project": ["Project not found."]})
         job = services.job_submit(actor=self.actor, project=project, spec=data)
         return Response(JobDetailSerializer(job).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=JobBatchSerializer, responses={201: JobBatchResultSerializer})
+    @action(detail=False, methods=["post"])
+    def batch(self, request):
+        """Submit up to 1000 jobs in one request (a sweep): all are created or none."""
+        envelope = JobBatchSerializer(data=request.data)
+        envelope.is_valid(raise_exception=True)
+        specs, errors = [], {}
+        for index, item in enumerate(envelope.validated_data["jobs"]):
+            spec = JobSpecSerializer(data=item)
+            if spec.is_valid():
+                specs.append(dict(spec.validated_data))
+            else:
+                errors[str(index)] = spec.errors
+        if errors:
+            raise DRFValidationError({"jobs": errors})
+        projects = (
+            Project.objects.visible_to(self.actor)
+            .select_related("tenant")
+            .in_bulk({spec["project"] for spec in specs})
+        )
+        missing = {
+            str(i): {"project": ["Project not found."]}
+            for i, spec in enumerate(specs)
+            if spec["project"] not in projects
+        }
+        if missing:
+            raise DRFValidationError({"jobs": missing})
+        jobs = services.job_submit_many(
+            actor=self.actor, items=[(projects[spec["project"]], spec) for spec in specs]
+        )
+        return Response(
+            {"results": JobSerializer(jobs, many=True).data}, status=status.HTTP_201_CREATED
+        )
 
     @extend_schema(request=None, responses=JobDetailSerializer)
     @action(detail=True, methods=["post"])
