@@ -65,7 +65,9 @@ def env_database(name: str, default: str) -> dict:
         "PASSWORD": unquote(url.password or ""),
         "HOST": url.hostname or "",
         "PORT": str(url.port or 5432),
-        "CONN_MAX_AGE": 60,
-        "CONN_HEALTH_CHECKS": True,
+        # A connection pool (psycopg 3): under ASGI, Django's persistent connections do not
+        # outlive a request, and opening one per request costs more than the request itself.
+        "CONN_MAX_AGE": 0,
+        "OPTIONS": {"pool": {"min_size": 2, "max_size": 20, "timeout": 30}},
         "TEST": {"NAME": f"test_{unquote(url.path.lstrip('/'))}"},
     }
