@@ -62,6 +62,7 @@ class ClusterFactory(factory.django.DjangoModelFactory):
 
     class Meta:
         model = "compute.Cluster"
+        skip_postgeneration_save = True
 
     name = factory.Sequence(lambda n: f"cluster-{n}")
     is_default = True

@@ -145,16 +145,19 @@ def test_worker_killed_mid_dispatch_loses_and_duplicates_nothing(acme, settings)
         stderr=subprocess.DEVNULL,
     )
     attempts = JobAttempt.objects.filter(job_id__in=ids)
-    try:
+    tags = {f"torus:{pk}" for pk in attempts.values_list("pk", flat=True)}
+    try:  # kill it once Slurm has accepted some of the claimed attempts, before any is recorded
         deadline = time.monotonic() + 60
-        while not attempts.exclude(backend_id="").exists():
+        while not tags & set(slurm("squeue", "-h", "-o", "%k").split()):
             assert time.monotonic() < deadline, "the worker never dispatched"
-            time.sleep(0.005)
+            time.sleep(0.01)
     finally:
         os.killpg(worker.pid, signal.SIGKILL)
         worker.wait()
     in_flight = attempts.filter(state=AttemptState.SUBMITTING).count()
     assert in_flight > 0, "the kill came too late to interrupt the dispatch"
+    orphans = tags & set(slurm("squeue", "-h", "-t", "all", "-o", "%k").split())
+    assert orphans, "Slurm accepted none of them before the kill"
     time.sleep(2.2)
     dispatch.dispatch_cluster(cluster_id=Job.objects.get(pk=ids[0]).cluster_id)
     for attempt in attempts:
