@@ -8,9 +8,13 @@ case "${TORUS_ENV_KIND:-none}" in
   conda) export CONDA_PREFIX="$TORUS_ENV_PATH" PATH="$TORUS_ENV_PATH/bin:$PATH" ;;
 esac
 
-first_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
-addr=$(scontrol show node "$first_node" -o | sed -n 's/.* NodeAddr=\([^ ]*\).*/\1/p')
-export MASTER_ADDR="${addr:-$first_node}"
+if [[ "$SLURM_NNODES" == 1 ]]; then
+  export MASTER_ADDR=127.0.0.1  # every rank is on this node
+else
+  first_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+  addr=$(scontrol show node "$first_node" -o | sed -n 's/.* NodeAddr=\([^ ]*\).*/\1/p')
+  export MASTER_ADDR="${addr:-$first_node}"
+fi
 export MASTER_PORT="${TORUS_MASTER_PORT:-$((20000 + SLURM_JOB_ID % 20000))}"
 export WORLD_SIZE=$((SLURM_NNODES * TORUS_TASKS_PER_NODE))
 
@@ -35,7 +39,7 @@ case "$TORUS_LAUNCHER" in
     export RANK="${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}"
     export LOCAL_RANK="${OMPI_COMM_WORLD_LOCAL_RANK:-${MPI_LOCALRANKID:-0}}" ;;
   *)
-    export RANK="$SLURM_PROCID" LOCAL_RANK="$SLURM_LOCALID" ;;
+    export RANK="${SLURM_PROCID:-0}" LOCAL_RANK="${SLURM_LOCALID:-0}" ;;
 esac
 exec "${args[@]}"
 TASK
@@ -48,6 +52,9 @@ case "$TORUS_LAUNCHER" in
   mpirun)
     exec mpirun -np "$WORLD_SIZE" bash -c "$TORUS_TASK_SH" ;;
   *)
+    if [[ "$WORLD_SIZE" == 1 ]]; then  # one process: it runs in the batch step itself
+      exec bash -c "$TORUS_TASK_SH"
+    fi
     exec srun --kill-on-bad-exit=1 --export=ALL --ntasks="$WORLD_SIZE" \
       --ntasks-per-node="$TORUS_TASKS_PER_NODE" bash -c "$TORUS_TASK_SH" ;;
 esac
