@@ -18,7 +18,6 @@ import http.client
 import json
 import os
 import re
-import shlex
 import shutil
 import signal
 import socket
@@ -31,6 +30,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from apps.compute.envfile import read_env_file  # noqa: E402  (Django-free)
+
 BIN = ROOT / ".venv" / "bin"
 VAR = Path(os.environ.get("TORUS_VAR_DIR", ROOT / ".var"))
 REDIS_DB_BASE = "4"
@@ -49,16 +51,6 @@ def log(msg: str) -> None:
 
 
 # -- environment ---------------------------------------------------------------------------
-
-
-def read_env_file(path: Path) -> dict[str, str]:
-    values = {}
-    for line in path.read_text().splitlines():
-        line = line.strip()
-        if line.startswith("export "):
-            key, _, value = line[len("export ") :].partition("=")
-            values[key] = " ".join(shlex.split(value))
-    return values
 
 
 def platform_env() -> dict[str, str]:

@@ -12,7 +12,7 @@ from apps.core.exceptions import Conflict
 from apps.jobs import paths
 from apps.jobs.models import ATTEMPT_ENDED, AttemptState, Job, JobAttempt, JobEvent
 from apps.jobs.spec import normalise, totals
-from apps.jobs.states import ACTIVE, TERMINAL, State, check_transition
+from apps.jobs.states import TERMINAL, State, check_transition
 from apps.tenancy.audit import audit_event, audit_record
 from apps.tenancy.models import AuditEvent, Project, Role
 from apps.tenancy.policies import has_role
@@ -244,7 +244,3 @@ def job_restart(*, actor: Actor, job: Job) -> Job:
         admit_tenant(tenant_id=job.tenant_id)
     job.refresh_from_db()
     return job
-
-
-def active_states() -> list[str]:
-    return [s.value for s in ACTIVE]

@@ -10,7 +10,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.urls import reverse
 
-from apps.compute.management.commands.cluster_register_local import read_env_file
+from apps.compute.envfile import read_env_file
 from apps.compute.models import Cluster
 from apps.jobs.models import Job
 from apps.jobs.states import TERMINAL

@@ -1,12 +1,12 @@
 """Register (idempotently) the Slurm cluster that platform/services runs on this machine,
 and read its partitions and nodes. Settings come from $TORUS_VAR_DIR/slurm/env."""
 
-import shlex
 from pathlib import Path
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from apps.compute.envfile import read_env_file
 from apps.compute.models import AcceleratorType, Backend, Cluster
 from apps.compute.services import cluster_sync
 
@@ -17,16 +17,6 @@ NVIDIA = {
     "resource_name": "nvidia.com/gpu",
     "visible_devices_env": "CUDA_VISIBLE_DEVICES",
 }
-
-
-def read_env_file(path: Path) -> dict[str, str]:
-    values = {}
-    for line in path.read_text().splitlines():
-        line = line.strip()
-        if line.startswith("export "):
-            key, _, value = line[len("export ") :].partition("=")
-            values[key] = " ".join(shlex.split(value))
-    return values
 
 
 class Command(BaseCommand):
