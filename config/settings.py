@@ -31,6 +31,7 @@ INSTALLED_APPS = [
     "apps.compute",
     "apps.quotas",
     "apps.jobs",
+    "apps.logs",
 ]
 
 MIDDLEWARE = [
@@ -133,6 +134,14 @@ CELERY_BEAT_SCHEDULE["jobs-control-pass"] = {
     "schedule": float(TORUS_RECONCILE_SECONDS),
     "options": {"expires": float(TORUS_RECONCILE_SECONDS) * 2},
 }
+
+# Logs: Elasticsearch and the shipper.
+TORUS_ELASTICSEARCH_URL = env_str("TORUS_ELASTICSEARCH_URL", "http://127.0.0.1:19200")
+TORUS_SHIPPER_INTERVAL = float(env_int("TORUS_SHIPPER_INTERVAL_MS", 250, minimum=10)) / 1000
+TORUS_SHIPPER_READ_BYTES = env_int("TORUS_SHIPPER_READ_BYTES", 1024 * 1024, minimum=65536)
+TORUS_SHIPPER_READS_PER_PASS = env_int("TORUS_SHIPPER_READS_PER_PASS", 8, minimum=1)
+TORUS_SHIPPER_RECENT_HOURS = env_int("TORUS_SHIPPER_RECENT_HOURS", 72, minimum=1)
+TORUS_LOG_MAX_LINE = env_int("TORUS_LOG_MAX_LINE", 16 * 1024, minimum=256)
 
 # Access tokens: last use is written at most this often (seconds), with an audit event.
 TORUS_TOKEN_USE_RECORD_INTERVAL = env_int("TORUS_TOKEN_USE_RECORD_INTERVAL", 60, minimum=0)

@@ -22,6 +22,7 @@ def test_readyz_reports_each_dependency(celery_worker):
         "redis": "ok",
         "celery": "ok",
         "clusters": "ok",
+        "elasticsearch": "ok",
     }
     assert ping.delay().get(timeout=10) == "pong"
 
@@ -35,6 +36,14 @@ def test_readyz_is_503_naming_the_dependency_that_does_not_answer(celery_worker,
     assert checks["redis"]["status"] == "error"
     assert "Connection" in checks["redis"]["error"]
     assert checks["database"]["status"] == "ok"
+
+
+@pytest.mark.django_db
+def test_readyz_names_elasticsearch_when_it_does_not_answer(settings):
+    settings.TORUS_ELASTICSEARCH_URL = "http://127.0.0.1:9"
+    response = Client().get("/readyz")
+    assert response.status_code == 503
+    assert response.json()["checks"]["elasticsearch"]["status"] == "error"
 
 
 @pytest.mark.django_db

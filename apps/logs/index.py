@@ -1,0 +1,29 @@
+"""Installing the index template, and deleting a tenant's indices past their retention."""
+
+import json
+from datetime import timedelta
+from pathlib import Path
+
+from django.conf import settings
+from django.utils import timezone
+
+from apps.logs.es import INDEX_PREFIX, client, index_pattern
+
+TEMPLATE = Path(settings.BASE_DIR) / "platform" / "elasticsearch" / "templates" / "torus-logs.json"
+
+
+def template_install() -> None:
+    body = json.loads(TEMPLATE.read_text())
+    client().indices.put_index_template(name=INDEX_PREFIX, **body)
+
+
+def retention_apply(*, tenant_slug: str, days: int) -> list[str]:
+    """Delete the tenant's daily indices older than `days`; the names deleted."""
+    cutoff = (timezone.now() - timedelta(days=days)).strftime("%Y.%m.%d")
+    names = client().indices.get(
+        index=index_pattern(tenant_slug), allow_no_indices=True, ignore_unavailable=True
+    )
+    expired = [name for name in names if name.rsplit("-", 1)[-1] < cutoff]
+    for name in expired:
+        client().indices.delete(index=name)
+    return expired

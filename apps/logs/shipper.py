@@ -1,0 +1,172 @@
+"""The log shipper: tails every active attempt's stdout and stderr into Elasticsearch.
+
+Exactly once in effect: each event's document id is (attempt, stream, byte offset), so a
+re-sent batch overwrites itself; a stream's offset is stored only after Elasticsearch has
+acknowledged the batch. A shipper killed anywhere re-reads from the stored offset. Memory is
+bounded by the read size whatever the backlog. Several shippers split the attempts between
+them by id (`--shard I --shards N`) and never touch the same stream.
+"""
+
+import logging
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from django.conf import settings
+from django.db import close_old_connections
+from django.utils import timezone
+from elasticsearch import ApiError, TransportError, helpers
+
+from apps.jobs.models import ATTEMPT_ENDED, JobAttempt
+from apps.logs.es import client, index_name
+from apps.logs.index import template_install
+from apps.logs.models import LogCursor
+from apps.logs.parsing import events
+
+logger = logging.getLogger(__name__)
+STREAMS = ("stdout", "stderr")
+
+
+@dataclass
+class PassStats:
+    documents: int = 0
+    streams: int = 0
+
+
+def _active_attempts(*, shard: int, shards: int):
+    """Attempts whose output may still grow or is not fully shipped yet."""
+    recent = timezone.now() - timedelta(hours=settings.TORUS_SHIPPER_RECENT_HOURS)
+    attempts = (
+        JobAttempt.objects.exclude(stdout_path="")
+        .filter(created_at__gte=recent)
+        .select_related("job__tenant")
+    )
+    done = set(
+        LogCursor.objects.filter(complete=True, attempt__in=attempts).values_list(
+            "attempt_id", "stream"
+        )
+    )
+    for attempt in attempts:
+        if shards > 1 and attempt.pk.int % shards != shard:
+            continue
+        for stream in STREAMS:
+            if (attempt.pk, stream) not in done:
+                yield attempt, stream
+
+
+def ship_stream(attempt: JobAttempt, stream: str) -> int:
+    """Ship what is new in one stream; the number of documents acknowledged."""
+    cursor, _ = LogCursor.objects.get_or_create(attempt=attempt, stream=stream)
+    path = attempt.stdout_path if stream == "stdout" else attempt.stderr_path
+    ended = attempt.state in ATTEMPT_ENDED
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(cursor.offset)
+            data = handle.read(settings.TORUS_SHIPPER_READ_BYTES)
+            at_eof = handle.read(1) == b""
+    except FileNotFoundError:
+        if ended:
+            LogCursor.objects.filter(pk=cursor.pk).update(complete=True)
+        return 0
+    base, skipping = cursor.offset, cursor.skipping
+    if skipping:  # the rest of an over-long line, already shipped truncated
+        newline = data.find(b"\n")
+        if newline < 0:
+            _advance(cursor, offset=base + len(data), skipping=True, lines=0)
+            return 0
+        data, base, skipping = data[newline + 1 :], base + newline + 1, False
+    final = ended and at_eof
+    found, consumed = events(data, base, final=final, max_line=settings.TORUS_LOG_MAX_LINE)
+    if not found and len(data) >= settings.TORUS_SHIPPER_READ_BYTES:
+        # one line longer than a whole read: ship its head, then skip to its end
+        found, _ = events(
+            data[: settings.TORUS_LOG_MAX_LINE + 1] + b"\n",
+            base,
+            final=True,
+            max_line=settings.TORUS_LOG_MAX_LINE,
+        )
+        consumed, skipping = base + len(data), True
+    if found:
+        _bulk(attempt, stream, found)
+    complete = final and consumed >= base + len(data) and not skipping
+    _advance(cursor, offset=consumed, skipping=skipping, lines=len(found), complete=complete)
+    return len(found)
+
+
+def _bulk(attempt: JobAttempt, stream: str, found) -> None:
+    job = attempt.job
+    node = attempt.nodes[0] if attempt.nodes else ""
+    now = datetime.now(UTC)
+    actions = []
+    for event in found:
+        stamp = event.timestamp or now
+        if stamp.tzinfo is None:
+            stamp = stamp.replace(tzinfo=UTC)
+        doc = {
+            "tenant": str(job.tenant_id),
+            "project": str(job.project_id),
+            "job": str(job.id),
+            "attempt": str(attempt.id),
+            "attempt_number": attempt.number,
+            "stream": stream,
+            "node": node,
+            "offset": event.offset,
+            "timestamp": stamp.isoformat(),
+            "message": event.text,
+            "truncated": event.truncated,
+        }
+        if event.level:
+            doc["level"] = event.level
+        actions.append(
+            {
+                "_op_type": "index",
+                "_index": index_name(job.tenant.slug, stamp.astimezone(UTC)),
+                "_id": f"{attempt.id}:{stream}:{event.offset}",
+                "_source": doc,
+            }
+        )
+    helpers.bulk(client(), actions, refresh=False, raise_on_error=True)
+
+
+def _advance(
+    cursor: LogCursor, *, offset: int, skipping: bool, lines: int, complete: bool = False
+) -> None:
+    LogCursor.objects.filter(pk=cursor.pk).update(
+        offset=offset, skipping=skipping, lines=cursor.lines + lines, complete=complete
+    )
+
+
+def ship_pass(*, shard: int = 0, shards: int = 1) -> PassStats:
+    stats = PassStats()
+    for attempt, stream in _active_attempts(shard=shard, shards=shards):
+        for _ in range(settings.TORUS_SHIPPER_READS_PER_PASS):  # no stream starves the others
+            shipped = ship_stream(attempt, stream)
+            stats.documents += shipped
+            if shipped == 0:
+                break
+            attempt.refresh_from_db(fields=["state"])
+        stats.streams += 1
+    return stats
+
+
+def run(*, shard: int = 0, shards: int = 1, once: bool = False) -> None:
+    """The shipper's loop: a pass every TORUS_SHIPPER_INTERVAL; Elasticsearch down means
+    wait and retry from the stored offsets, never skip."""
+    template_installed = False
+    backoff = settings.TORUS_SHIPPER_INTERVAL
+    while True:
+        close_old_connections()
+        try:
+            if not template_installed:
+                template_install()
+                template_installed = True
+            stats = ship_pass(shard=shard, shards=shards)
+            backoff = settings.TORUS_SHIPPER_INTERVAL
+            if stats.documents:
+                logger.info("shipped %d documents from %d streams", stats.documents, stats.streams)
+        except (ApiError, TransportError, helpers.BulkIndexError) as exc:
+            logger.warning("Elasticsearch unavailable (%s); retrying in %.1f s", exc, backoff)
+            backoff = min(backoff * 2, 30.0)
+        if once:
+            return
+        time.sleep(backoff)

@@ -1,0 +1,39 @@
+"""Fixtures for logs on the real Elasticsearch."""
+
+import pytest
+
+from apps.logs.es import client, index_pattern
+from apps.logs.index import template_install
+
+
+def delete_tenant_indices(slug: str) -> None:
+    names = client().indices.get(
+        index=index_pattern(slug), allow_no_indices=True, ignore_unavailable=True
+    )
+    for name in names:
+        client().indices.delete(index=name)
+
+
+@pytest.fixture
+def es(acme, globex):
+    """Elasticsearch with the template installed; the test tenants' indices removed after."""
+    assert client().cluster.health(wait_for_status="yellow", timeout="30s")["status"] != "red"
+    template_install()
+    for slug in ("acme", "globex"):
+        delete_tenant_indices(slug)
+    yield client()
+    for slug in ("acme", "globex"):
+        delete_tenant_indices(slug)
+
+
+def count(*, attempt=None, job=None, query: str | None = None) -> int:
+    client().indices.refresh(index="torus-logs-*")
+    must = []
+    if attempt is not None:
+        must.append({"term": {"attempt": str(attempt.pk)}})
+    if job is not None:
+        must.append({"term": {"job": str(job.pk)}})
+    if query:
+        must.append({"match_phrase": {"message": query}})
+    body = {"query": {"bool": {"filter": must}}}
+    return client().count(index="torus-logs-*", **body)["count"]

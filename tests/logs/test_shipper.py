@@ -1,0 +1,201 @@
+"""The shipper on the real Elasticsearch: every line once, tracebacks whole, long lines
+truncated, garbage survived, and nothing lost or doubled when it is killed mid-stream."""
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+from apps.jobs.models import JobAttempt
+from apps.logs.models import LogCursor
+from apps.logs.shipper import ship_pass
+from apps.tenancy.models import Role
+from tests.factories import make_job
+from tests.logs.conftest import count
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def attempt(acme, cluster, tmp_path):
+    job = make_job(
+        project=acme.project, user=acme.users[Role.MEMBER], state="RUNNING", cluster=cluster
+    )
+    return JobAttempt.objects.create(
+        job=job,
+        number=1,
+        state="RUNNING",
+        nodes=["n1"],
+        stdout_path=str(tmp_path / "stdout.log"),
+        stderr_path=str(tmp_path / "stderr.log"),
+    )
+
+
+def write(attempt, data: bytes, stream: str = "stdout") -> None:
+    path = attempt.stdout_path if stream == "stdout" else attempt.stderr_path
+    with open(path, "ab") as handle:
+        handle.write(data)
+
+
+def finish(attempt) -> None:
+    JobAttempt.objects.filter(pk=attempt.pk).update(state="SUCCEEDED")
+
+
+def test_every_line_once_with_deterministic_ids(es, attempt):
+    write(attempt, b"".join(b"line %d\n" % i for i in range(500)))
+    write(attempt, b"2026-11-29T10:00:00Z ERROR disk full\n", "stderr")
+    ship_pass()
+    ship_pass()  # a second pass over the same bytes adds nothing
+    assert count(attempt=attempt) == 501
+    doc = es.get(index="torus-logs-acme-2026.11.29", id=f"{attempt.pk}:stderr:0")["_source"]
+    assert doc["level"] == "ERROR" and doc["timestamp"].startswith("2026-11-29T10:00:00")
+    assert doc["tenant"] == str(attempt.job.tenant_id) and doc["node"] == "n1"
+    cursor = LogCursor.objects.get(attempt=attempt, stream="stdout")
+    assert cursor.offset == Path(attempt.stdout_path).stat().st_size and cursor.lines == 500
+
+
+def test_a_partial_line_waits_for_its_newline_or_the_end(es, attempt):
+    write(attempt, b"complete\nhalf a li")
+    ship_pass()
+    assert count(attempt=attempt) == 1
+    write(attempt, b"ne\nno newline at the end")
+    ship_pass()
+    assert count(attempt=attempt, query="half a line") == 1
+    finish(attempt)
+    ship_pass()
+    assert count(attempt=attempt) == 3
+    assert LogCursor.objects.get(attempt=attempt, stream="stdout").complete
+
+
+def test_a_traceback_is_one_event(es, attempt):
+    write(
+        attempt,
+        b"before\nTraceback (most recent call last):\n"
+        b'  File "train.py", line 3, in <module>\n    main()\n'
+        b"RuntimeError: CUDA out of memory\nafter\n",
+    )
+    ship_pass()
+    assert count(attempt=attempt) == 3
+    hits = es.search(
+        index="torus-logs-acme-*", query={"match_phrase": {"message": "CUDA out of memory"}}
+    )["hits"]["hits"]
+    assert len(hits) == 1
+    assert hits[0]["_source"]["message"].startswith("Traceback (most recent call last):")
+    assert 'File "train.py"' in hits[0]["_source"]["message"]
+
+
+def test_long_lines_are_truncated_and_garbage_survives(es, attempt, settings):
+    settings.TORUS_LOG_MAX_LINE = 1000
+    write(attempt, b"x" * 5000 + b"\n" + b"\xff\xfe bad \xc3(utf8\n" + b"\x00\x01 binary\n")
+    ship_pass()
+    assert count(attempt=attempt) == 3
+    long = es.get(
+        index=f"torus-logs-acme-{time.strftime('%Y.%m.%d', time.gmtime())}",
+        id=f"{attempt.pk}:stdout:0",
+    )["_source"]
+    assert long["truncated"] is True and "[truncated at 1000 bytes]" in long["message"]
+    assert count(attempt=attempt, query="bad") == 1
+
+
+def test_a_line_longer_than_a_read_is_shipped_once_truncated(es, attempt, settings):
+    settings.TORUS_SHIPPER_READ_BYTES = 65536
+    write(attempt, b"y" * 200_000 + b"\nnext\n")
+    for _ in range(5):
+        ship_pass()
+    assert count(attempt=attempt) == 2
+    assert count(attempt=attempt, query="next") == 1
+
+
+def _shipper_env() -> dict:
+    db = connection.settings_dict
+    return {
+        **os.environ,
+        "TORUS_DATABASE_URL": (
+            f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+        ),
+        "TORUS_SHIPPER_READ_BYTES": "65536",
+    }
+
+
+@pytest.mark.django_db(transaction=True)
+def test_killing_the_shipper_at_random_points_loses_and_doubles_nothing(es, attempt):
+    total = 100_000
+    rng = random.Random(7)
+    write(attempt, b"".join(b"step %d loss %.4f\n" % (i, 1 / (i + 1)) for i in range(total)))
+    finish(attempt)
+    for _ in range(3):
+        shipper = subprocess.Popen(
+            [sys.executable, "manage.py", "run_shipper"],
+            cwd=ROOT,
+            env=_shipper_env(),
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        time.sleep(rng.uniform(1.5, 4.0))
+        os.killpg(shipper.pid, signal.SIGKILL)
+        shipper.wait()
+    interrupted_at = LogCursor.objects.get(attempt=attempt, stream="stdout").offset
+    assert 0 < interrupted_at < Path(attempt.stdout_path).stat().st_size
+    for _ in range(200):
+        ship_pass()
+        if LogCursor.objects.get(attempt=attempt, stream="stdout").complete:
+            break
+    assert count(attempt=attempt) == total
+    assert count(attempt=attempt, query="step 99999") == 1
+
+
+def _rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_elasticsearch_down_for_a_minute_loses_nothing(es, attempt):
+    component = ROOT / "platform" / "services" / "components" / "elasticsearch"
+    shipper = subprocess.Popen(
+        [sys.executable, "manage.py", "run_shipper"],
+        cwd=ROOT,
+        env=_shipper_env(),
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        write(attempt, b"".join(b"before %d\n" % i for i in range(20_000)))
+        deadline = time.monotonic() + 60
+        while count(attempt=attempt) < 20_000:
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
+        subprocess.run([str(component), "stop"], check=True, capture_output=True)
+        rss = []
+        outage_ends = time.monotonic() + 60
+        i = 0
+        while time.monotonic() < outage_ends:  # the job keeps writing while ES is away
+            write(attempt, b"".join(b"during %d\n" % n for n in range(i, i + 5000)))
+            i += 5000
+            rss.append(_rss_kb(shipper.pid))
+            time.sleep(2)
+        offset_during = LogCursor.objects.get(attempt=attempt, stream="stdout").offset
+        subprocess.run([str(component), "start"], check=True, capture_output=True, timeout=180)
+        subprocess.run([str(component), "wait"], check=True, capture_output=True, timeout=180)
+        finish(attempt)
+        deadline = time.monotonic() + 120
+        while not LogCursor.objects.get(attempt=attempt, stream="stdout").complete:
+            assert time.monotonic() < deadline, "the shipper did not catch up"
+            time.sleep(0.5)
+    finally:
+        os.killpg(shipper.pid, signal.SIGKILL)
+        shipper.wait()
+        subprocess.run([str(component), "start"], capture_output=True, timeout=180)
+    assert offset_during == len(b"".join(b"before %d\n" % n for n in range(20_000)))
+    assert count(attempt=attempt) == 20_000 + i
+    assert max(rss) - min(rss) < 50 * 1024, rss  # memory stays bounded while it waits
