@@ -2,8 +2,10 @@
 
 from django.urls import path
 
+from apps.logs.consumers import JobLogConsumer
 from apps.tenancy.consumers import WhoAmIConsumer
 
 websocket_urlpatterns = [
     path("ws/me/", WhoAmIConsumer.as_asgi()),
+    path("ws/jobs/<str:job_id>/", JobLogConsumer.as_asgi()),
 ]

@@ -201,6 +201,7 @@ LOGGING = {
     "loggers": {
         "django.request": {"level": "ERROR"},
         "httpx": {"level": "WARNING"},
+        "elastic_transport": {"level": "WARNING"},
         "httpcore": {"level": "WARNING"},
     },
 }

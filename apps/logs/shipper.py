@@ -20,8 +20,10 @@ from elasticsearch import ApiError, TransportError, helpers
 from apps.jobs.models import ATTEMPT_ENDED, JobAttempt
 from apps.logs.es import client, index_name
 from apps.logs.index import template_install
+from apps.logs.live import publish_lines
 from apps.logs.models import LogCursor
 from apps.logs.parsing import events
+from apps.logs.search_backlog import to_line
 
 logger = logging.getLogger(__name__)
 STREAMS = ("stdout", "stderr")
@@ -126,6 +128,10 @@ def _bulk(attempt: JobAttempt, stream: str, found) -> None:
             }
         )
     helpers.bulk(client(), actions, refresh=False, raise_on_error=True)
+    try:  # live viewers are best effort: Elasticsearch holds the lines whatever happens here
+        publish_lines(job_id=job.id, lines=[to_line(action["_source"]) for action in actions])
+    except Exception as exc:  # a Redis outage must not stop shipping
+        logger.warning("live publish of job %s failed: %s", job.id, exc)
 
 
 def _advance(
