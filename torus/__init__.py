@@ -2,5 +2,6 @@
 
 from torus.client import Client
 from torus.errors import TorusError
+from torus.metrics import log_metrics
 
-__all__ = ["Client", "TorusError"]
+__all__ = ["Client", "TorusError", "log_metrics"]

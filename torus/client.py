@@ -166,6 +166,10 @@ class Client:
             if not chunk["data"]:
                 time.sleep(poll)
 
+    def metrics(self, job_id: str, *, names: list[str] | None = None) -> dict:
+        params = {"metric": ",".join(names)} if names else None
+        return self.request("GET", f"/api/v1/jobs/{job_id}/metrics/", params=params)["series"]
+
     def usage(self, *, period: str | None = None, group_by: str = "project") -> list[dict]:
         params = {"group_by": group_by, **({"period": period} if period else {})}
         return self.request("GET", "/api/v1/usage/", params=params)["results"]

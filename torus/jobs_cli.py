@@ -132,6 +132,25 @@ def cmd_logs(client: Client, args) -> int:
         offset = chunk["next_offset"]
 
 
+def cmd_metrics(client: Client, args) -> int:
+    series = client.metrics(args.id, names=args.name)
+    if args.json:
+        print(json.dumps(series, indent=2))
+        return 0
+    rows = [
+        {
+            "name": name,
+            "points": len(points),
+            "last_step": points[-1]["step"],
+            "last_value": points[-1]["value"],
+        }
+        for name, points in series.items()
+        if points
+    ]
+    print(table(rows, ["name", "points", "last_step", "last_value"]))
+    return 0
+
+
 def cmd_usage(client: Client, args) -> int:
     rows = client.usage(period=args.period, group_by=args.group_by)
     columns = [
@@ -190,6 +209,10 @@ def add_parsers(sub) -> None:
     p.add_argument("--stderr", action="store_true")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing until it ends")
     p.set_defaults(func=cmd_logs)
+    p = sub.add_parser("metrics", help="a job's training metrics")
+    p.add_argument("id")
+    p.add_argument("--name", action="append", help="only this metric (repeatable)")
+    p.set_defaults(func=cmd_metrics)
     p = sub.add_parser("usage", help="GPU and CPU hours per period")
     p.add_argument("--period", help="YYYY-MM (default: this month)")
     p.add_argument(

@@ -56,6 +56,9 @@ class JobLogConsumer(AsyncJsonWebsocketConsumer):
     async def log_lines(self, event):
         await self.send_json({"type": "lines", "lines": event["lines"]})
 
+    async def log_metrics(self, event):
+        await self.send_json({"type": "metrics", "points": event["points"]})
+
     def _query(self) -> dict:
         raw = self.scope.get("query_string", b"").decode()
         return {key: values[-1] for key, values in parse_qs(raw).items()}

@@ -22,3 +22,12 @@ def publish_lines(*, job_id, lines: list[dict]) -> None:
             for line in lines[start : start + MAX_LINES_PER_MESSAGE]
         ]
         async_to_sync(layer.group_send)(job_group(job_id), {"type": "log.lines", "lines": chunk})
+
+
+def publish_metrics(*, job_id, points: list) -> None:
+    """Send new metric points (JobMetric objects) to the job's live viewers in one message."""
+    layer = get_channel_layer()
+    if layer is None or not points:
+        return
+    payload = [{"step": p.step, "name": p.name, "value": p.value} for p in points[:5000]]
+    async_to_sync(layer.group_send)(job_group(job_id), {"type": "log.metrics", "points": payload})

@@ -25,3 +25,29 @@ class LogCursor(TenantModel):
 
     def __str__(self) -> str:
         return f"{self.attempt_id}:{self.stream}@{self.offset}"
+
+
+class JobMetric(TenantModel):
+    """One training metric value (step, name, value) a job reported in its output."""
+
+    tenant_path = "job__tenant"
+
+    job = models.ForeignKey("jobs.Job", on_delete=models.CASCADE, related_name="metrics")
+    attempt = models.ForeignKey("jobs.JobAttempt", on_delete=models.CASCADE, related_name="+")
+    stream = models.CharField(max_length=8)
+    offset = models.BigIntegerField()  # of the line, with name: re-shipping adds nothing
+    step = models.BigIntegerField()
+    name = models.CharField(max_length=64)
+    value = models.FloatField()
+    timestamp = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["attempt", "stream", "offset", "name"], name="uniq_metric_point"
+            )
+        ]
+        indexes = [models.Index(fields=["job", "name", "step"])]
+
+    def __str__(self) -> str:
+        return f"{self.name}@{self.step}={self.value}"

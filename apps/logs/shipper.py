@@ -20,8 +20,9 @@ from elasticsearch import ApiError, TransportError, helpers
 from apps.jobs.models import ATTEMPT_ENDED, JobAttempt
 from apps.logs.es import client, index_name
 from apps.logs.index import template_install
-from apps.logs.live import publish_lines
-from apps.logs.models import LogCursor
+from apps.logs.live import publish_lines, publish_metrics
+from apps.logs.metrics import parse_metric_line
+from apps.logs.models import JobMetric, LogCursor
 from apps.logs.parsing import events
 from apps.logs.search_backlog import to_line
 
@@ -128,10 +129,37 @@ def _bulk(attempt: JobAttempt, stream: str, found) -> None:
             }
         )
     helpers.bulk(client(), actions, refresh=False, raise_on_error=True)
-    try:  # live viewers are best effort: Elasticsearch holds the lines whatever happens here
+    points = _metric_points(attempt, stream, found, now)
+    if points:
+        JobMetric.objects.bulk_create(points, ignore_conflicts=True)
+    try:  # live viewers are best effort: Elasticsearch and PostgreSQL hold the data
         publish_lines(job_id=job.id, lines=[to_line(action["_source"]) for action in actions])
+        publish_metrics(job_id=job.id, points=points)
     except Exception as exc:  # a Redis outage must not stop shipping
         logger.warning("live publish of job %s failed: %s", job.id, exc)
+
+
+def _metric_points(attempt, stream: str, found, now) -> list:
+    points = []
+    for event in found:
+        parsed = parse_metric_line(event.text)
+        if parsed is None:
+            continue
+        step, values = parsed
+        points += [
+            JobMetric(
+                job_id=attempt.job_id,
+                attempt=attempt,
+                stream=stream,
+                offset=event.offset,
+                step=step,
+                name=name,
+                value=value,
+                timestamp=event.timestamp or now,
+            )
+            for name, value in values.items()
+        ]
+    return points
 
 
 def _advance(

@@ -123,3 +123,19 @@ class JobBatchSerializer(serializers.Serializer):
 
 class JobBatchResultSerializer(serializers.Serializer):
     results = JobSerializer(many=True)
+
+
+class MetricQuerySerializer(serializers.Serializer):
+    metric = serializers.RegexField(r"^[A-Za-z0-9_./,-]{0,1000}$", required=False)
+    since_step = serializers.IntegerField(required=False)
+
+
+class MetricPointSerializer(serializers.Serializer):
+    step = serializers.IntegerField()
+    value = serializers.FloatField()
+    timestamp = serializers.DateTimeField()
+    attempt = serializers.IntegerField()
+
+
+class MetricSeriesSerializer(serializers.Serializer):
+    series = serializers.DictField(child=MetricPointSerializer(many=True))

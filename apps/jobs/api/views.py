@@ -20,10 +20,13 @@ from apps.jobs.api.serializers import (
     JobSerializer,
     LogChunkSerializer,
     LogQuerySerializer,
+    MetricQuerySerializer,
+    MetricSeriesSerializer,
 )
 from apps.jobs.models import Job
 from apps.jobs.selectors import read_log_chunk
 from apps.jobs.spec import JobSpecSerializer
+from apps.logs.selectors import job_metric_series
 from apps.tenancy.models import Project
 
 
@@ -112,6 +115,25 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedV
         params.is_valid(raise_exception=True)
         chunk = read_log_chunk(job=job, **params.validated_data)
         return Response(chunk)
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("metric", OpenApiTypes.STR, description="names, comma separated"),
+            OpenApiParameter("since_step", OpenApiTypes.INT, description="only later steps"),
+        ],
+        responses=MetricSeriesSerializer,
+    )
+    @action(detail=True, methods=["get"])
+    def metrics(self, request, pk=None):
+        """The training metrics the job reported, as series for charts."""
+        job = self.get_object()
+        params = MetricQuerySerializer(data=request.query_params)
+        params.is_valid(raise_exception=True)
+        names = [n for n in params.validated_data.get("metric", "").split(",") if n]
+        series = job_metric_series(
+            job=job, names=names or None, since_step=params.validated_data.get("since_step")
+        )
+        return Response({"series": series})
 
     @extend_schema(request=None, responses=JobDetailSerializer)
     @action(detail=True, methods=["post"])
