@@ -21,6 +21,7 @@ urlpatterns = [
     path("auth/login", LoginView.as_view(), name="auth-login"),
     path("auth/logout", LogoutView.as_view(), name="auth-logout"),
     path("auth/me", MeView.as_view(), name="auth-me"),
+    path("logs/", include("apps.logs.api.urls")),
     path("usage/", UsageView.as_view(), name="usage"),
     path("usage/export", UsageExportView.as_view(), name="usage-export"),
     path("", include(router.urls)),

@@ -32,6 +32,8 @@ def _request(world, role, resource, action, cluster=None):
         return _request_jobs(world, role, resource, action, cluster)
     if resource == "usage":
         return client.get(reverse("usage"))
+    if resource == "logs":
+        return client.get(reverse("logs-search"), {"q": "anything"})
     match (resource, action):
         case (_, "read") if resource != "audit-event":
             return client.get(url)
@@ -116,6 +118,7 @@ def test_matrix_covers_every_resource_and_verb():
         "job",
         "quota",
         "usage",
+        "logs",
     }
 
 
