@@ -37,6 +37,7 @@ MATRIX: dict[tuple[str, str], Role] = {
     ("quota", "update"): Role.ADMIN,
     ("quota", "delete"): Role.ADMIN,
     ("usage", "read"): Role.VIEWER,
+    ("logs", "read"): Role.VIEWER,
 }
 
 
