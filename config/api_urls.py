@@ -5,6 +5,7 @@ from rest_framework.routers import SimpleRouter
 
 from apps.compute.api.urls import register as register_compute
 from apps.jobs.api.urls import register as register_jobs
+from apps.logs.api.signatures import FailureSignatureViewSet
 from apps.quotas.api.urls import register as register_quotas
 from apps.quotas.api.views import UsageExportView, UsageView
 from apps.tenancy.api.urls import register as register_tenancy
@@ -15,6 +16,7 @@ register_tenancy(router)
 register_compute(router)
 register_quotas(router)
 register_jobs(router)
+router.register("failure-signatures", FailureSignatureViewSet, basename="failure-signature")
 
 urlpatterns = [
     path("auth/csrf", CsrfView.as_view(), name="auth-csrf"),

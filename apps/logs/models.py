@@ -51,3 +51,49 @@ class JobMetric(TenantModel):
 
     def __str__(self) -> str:
         return f"{self.name}@{self.step}={self.value}"
+
+
+class FailureSignature(TenantModel):
+    """A tenant's named query (e.g. "CUDA out of memory"); failed attempts whose logs match
+    it are tagged with it."""
+
+    tenant = models.ForeignKey(
+        "tenancy.Tenant", on_delete=models.CASCADE, related_name="failure_signatures"
+    )
+    name = models.CharField(max_length=100)
+    query = models.CharField(max_length=1000, help_text="simple_query_string over messages")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "name"], name="uniq_signature_name")
+        ]
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class SignatureMatch(TenantModel):
+    """A failed attempt whose logs matched a signature."""
+
+    tenant_path = "job__tenant"
+
+    signature = models.ForeignKey(
+        FailureSignature, on_delete=models.CASCADE, related_name="matches"
+    )
+    job = models.ForeignKey("jobs.Job", on_delete=models.CASCADE, related_name="signature_matches")
+    attempt = models.ForeignKey("jobs.JobAttempt", on_delete=models.CASCADE, related_name="+")
+    lines = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["signature", "attempt"], name="uniq_signature_match")
+        ]
+
+
+class SignatureScan(TenantModel):
+    """A failed attempt whose fully shipped logs were checked against the signatures."""
+
+    tenant_path = "attempt__job__tenant"
+
+    attempt = models.OneToOneField("jobs.JobAttempt", on_delete=models.CASCADE, related_name="+")

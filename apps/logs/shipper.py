@@ -25,6 +25,7 @@ from apps.logs.metrics import parse_metric_line
 from apps.logs.models import JobMetric, LogCursor
 from apps.logs.parsing import events
 from apps.logs.search_backlog import to_line
+from apps.logs.signatures import scan_pending
 
 logger = logging.getLogger(__name__)
 STREAMS = ("stdout", "stderr")
@@ -195,6 +196,8 @@ def run(*, shard: int = 0, shards: int = 1, once: bool = False) -> None:
                 template_install()
                 template_installed = True
             stats = ship_pass(shard=shard, shards=shards)
+            if shard == 0:
+                scan_pending()
             backoff = settings.TORUS_SHIPPER_INTERVAL
             if stats.documents:
                 logger.info("shipped %d documents from %d streams", stats.documents, stats.streams)

@@ -38,6 +38,10 @@ MATRIX: dict[tuple[str, str], Role] = {
     ("quota", "delete"): Role.ADMIN,
     ("usage", "read"): Role.VIEWER,
     ("logs", "read"): Role.VIEWER,
+    ("failure-signature", "read"): Role.VIEWER,
+    ("failure-signature", "create"): Role.ADMIN,
+    ("failure-signature", "update"): Role.ADMIN,
+    ("failure-signature", "delete"): Role.ADMIN,
 }
 
 

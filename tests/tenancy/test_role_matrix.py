@@ -34,6 +34,19 @@ def _request(world, role, resource, action, cluster=None):
         return client.get(reverse("usage"))
     if resource == "logs":
         return client.get(reverse("logs-search"), {"q": "anything"})
+    if resource == "failure-signature":
+        from apps.logs.models import FailureSignature
+
+        sig = FailureSignature.objects.create(tenant=tenant, name="oom", query="out of memory")
+        url = reverse("failure-signature-detail", kwargs={"pk": sig.pk})
+        return {
+            "read": lambda: client.get(url),
+            "create": lambda: client.post(
+                reverse("failure-signature-list"), {"name": "nccl", "query": "NCCL error"}
+            ),
+            "update": lambda: client.patch(url, {"query": "CUDA out of memory"}),
+            "delete": lambda: client.delete(url),
+        }[action]()
     match (resource, action):
         case (_, "read") if resource != "audit-event":
             return client.get(url)
@@ -119,6 +132,7 @@ def test_matrix_covers_every_resource_and_verb():
         "quota",
         "usage",
         "logs",
+        "failure-signature",
     }
 
 

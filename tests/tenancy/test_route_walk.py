@@ -6,6 +6,7 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
 from apps.compute.models import AcceleratorType
 from apps.jobs.models import Job, JobEvent
+from apps.logs.models import FailureSignature
 from apps.quotas.models import Quota
 from apps.tenancy.models import AccessToken, AuditEvent, Membership, ProjectMember, Role
 from tests.conftest import bearer_client
@@ -38,6 +39,9 @@ def acme_objects(acme, cluster) -> dict:
     job = make_job(project=acme.project, user=acme.users[Role.MEMBER], cluster=cluster)
     return {
         "job": job,
+        "failure-signature": FailureSignature.objects.create(
+            tenant=acme.tenant, name="acme-oom", query="out of memory"
+        ),
         "quota": Quota.objects.create(tenant=acme.tenant, gpus=4),
         "cluster": cluster,
         "node": cluster.nodes.first(),
@@ -66,7 +70,16 @@ def _audit_for(acme):
 def acme_state(acme) -> list:
     """Everything acme owns, as comparable rows."""
     rows = []
-    for model in (Membership, ProjectMember, AccessToken, AuditEvent, Job, JobEvent, Quota):
+    for model in (
+        Membership,
+        ProjectMember,
+        AccessToken,
+        AuditEvent,
+        Job,
+        JobEvent,
+        Quota,
+        FailureSignature,
+    ):
         path = model.tenant_path
         rows += list(model.objects.filter(**{path: acme.tenant.id}).order_by("pk").values())
     rows += list(type(acme.project).objects.filter(tenant=acme.tenant).values())

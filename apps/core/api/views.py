@@ -13,6 +13,7 @@ ACTION_VERBS = {
     "retrieve": "read",
     "create": "create",
     "batch": "create",
+    "stats": "read",
     "update": "update",
     "partial_update": "update",
     "destroy": "delete",

@@ -18,10 +18,15 @@ class JobFilter(TenantFilterMixin):
     label = django_filters.CharFilter(method="filter_label", help_text="key=value")
     name = django_filters.CharFilter(lookup_expr="icontains")
     kind = django_filters.CharFilter()
+    signature = django_filters.CharFilter(
+        field_name="signature_matches__signature__name",
+        distinct=True,
+        help_text="Jobs with a failed attempt matching this failure signature (by name).",
+    )
 
     class Meta:
         model = Job
-        fields = ["tenant", "state", "project", "user", "label", "name", "kind"]
+        fields = ["tenant", "state", "project", "user", "label", "name", "kind", "signature"]
 
     def filter_state(self, queryset, name, value):
         states = [s.strip().upper() for s in value.split(",") if s.strip()]

@@ -81,12 +81,21 @@ class JobSerializer(serializers.ModelSerializer):
 
 class JobDetailSerializer(JobSerializer):
     spec = serializers.JSONField(read_only=True)
+    signatures = serializers.SerializerMethodField()
     attempts = JobAttemptSerializer(many=True, read_only=True)
     events = JobEventSerializer(many=True, read_only=True)
 
     class Meta(JobSerializer.Meta):
-        fields = [*JobSerializer.Meta.fields, "spec", "attempts", "events"]
+        fields = [*JobSerializer.Meta.fields, "spec", "attempts", "events", "signatures"]
         read_only_fields = fields
+
+    def get_signatures(self, obj) -> list[str]:
+        """Failure signatures the job's failed attempts matched."""
+        return _signature_names(obj)
+
+
+def _signature_names(job) -> list[str]:
+    return sorted({m.signature.name for m in job.signature_matches.select_related("signature")})
 
 
 class LogQuerySerializer(serializers.Serializer):

@@ -1,0 +1,91 @@
+"""Tagging failed attempts with the failure signatures their logs match.
+
+Runs once per failed attempt, after both of its streams are fully shipped: one Elasticsearch
+request per attempt (a `filters` aggregation, one filter per signature of the tenant).
+"""
+
+from django.db.models import Count
+from elasticsearch import ApiError, TransportError
+
+from apps.jobs.models import AttemptState, JobAttempt
+from apps.logs.es import client, index_pattern
+from apps.logs.models import FailureSignature, LogCursor, SignatureMatch, SignatureScan
+
+FAILED = [
+    AttemptState.FAILED,
+    AttemptState.NODE_FAIL,
+    AttemptState.TIMEOUT,
+    AttemptState.PREEMPTED,
+    AttemptState.LOST,
+]
+
+
+def attempts_to_scan(limit: int = 200):
+    """Failed attempts, fully shipped, not scanned yet."""
+    shipped = (  # both streams fully shipped
+        LogCursor.objects.filter(complete=True)
+        .values("attempt_id")
+        .annotate(streams=Count("id"))
+        .filter(streams=2)
+        .values("attempt_id")
+    )
+    return (
+        JobAttempt.objects.filter(state__in=FAILED, pk__in=shipped)
+        .exclude(pk__in=SignatureScan.objects.values("attempt_id"))
+        .select_related("job__tenant")[:limit]
+    )
+
+
+def scan_attempt(attempt: JobAttempt) -> list[SignatureMatch]:
+    job = attempt.job
+    signatures = list(FailureSignature.objects.filter(tenant_id=job.tenant_id))
+    matches = []
+    if signatures:
+        filters = {
+            str(sig.pk): {
+                "simple_query_string": {
+                    "query": sig.query,
+                    "fields": ["message"],
+                    "default_operator": "and",
+                }
+            }
+            for sig in signatures
+        }
+        result = client().search(
+            index=index_pattern(job.tenant.slug),
+            ignore_unavailable=True,
+            allow_no_indices=True,
+            size=0,
+            query={
+                "bool": {
+                    "filter": [
+                        {"term": {"tenant": str(job.tenant_id)}},
+                        {"term": {"attempt": str(attempt.pk)}},
+                    ]
+                }
+            },
+            aggs={"signatures": {"filters": {"filters": filters}}},
+        )
+        buckets = result["aggregations"]["signatures"]["buckets"]
+        matches = [
+            SignatureMatch(
+                signature=sig, job=job, attempt=attempt, lines=buckets[str(sig.pk)]["doc_count"]
+            )
+            for sig in signatures
+            if buckets[str(sig.pk)]["doc_count"]
+        ]
+        SignatureMatch.objects.bulk_create(matches, ignore_conflicts=True)
+    SignatureScan.objects.get_or_create(attempt=attempt)
+    return matches
+
+
+def scan_pending() -> int:
+    """Scan what is ready; the number of attempts scanned (Elasticsearch down: 0, retried)."""
+    scanned = 0
+    for attempt in attempts_to_scan():
+        try:
+            scan_attempt(attempt)
+        except (ApiError, TransportError):
+            return scanned
+        scanned += 1
+    return scanned
