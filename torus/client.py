@@ -166,6 +166,23 @@ class Client:
             if not chunk["data"]:
                 time.sleep(poll)
 
+    def search_logs(
+        self,
+        query: str = "",
+        *,
+        project: str | None = None,
+        job: str | None = None,
+        size: int = 50,
+        **filters,
+    ) -> dict:
+        """Full-text search over the log lines of your tenants' jobs (newest first)."""
+        params = {"q": query, "size": size, "project": project, "job": job, **filters}
+        return self.request(
+            "GET",
+            "/api/v1/logs/search/",
+            params={k: v for k, v in params.items() if v not in (None, "")},
+        )
+
     def metrics(self, job_id: str, *, names: list[str] | None = None) -> dict:
         params = {"metric": ",".join(names)} if names else None
         return self.request("GET", f"/api/v1/jobs/{job_id}/metrics/", params=params)["series"]

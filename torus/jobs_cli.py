@@ -115,6 +115,8 @@ def cmd_restart(client: Client, args) -> int:
 
 
 def cmd_logs(client: Client, args) -> int:
+    if args.id == "search":  # torus logs search "text" --project P
+        return _logs_search(client, args)
     stream = "stderr" if args.stderr else "stdout"
     if args.follow:
         for text in client.follow_logs(args.id, attempt=args.attempt, stream=stream):
@@ -148,6 +150,18 @@ def cmd_metrics(client: Client, args) -> int:
         if points
     ]
     print(table(rows, ["name", "points", "last_step", "last_value"]))
+    return 0
+
+
+def _logs_search(client: Client, args) -> int:
+    project = resolve_project(client, args.project) if args.project else None
+    result = client.search_logs(args.text or "", project=project, size=args.size)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    for hit in result["hits"]:
+        print(f"{hit['timestamp']}  {hit['job'][:8]}  {hit['stream']:<6} {hit['message']}")
+    print(f"({result['total']} matching lines)", file=sys.stderr)
     return 0
 
 
@@ -203,8 +217,11 @@ def add_parsers(sub) -> None:
         p = sub.add_parser(name, help=text)
         p.add_argument("id")
         p.set_defaults(func=func)
-    p = sub.add_parser("logs", help="a job's output")
-    p.add_argument("id")
+    p = sub.add_parser("logs", help="a job's output, or `logs search TEXT` across jobs")
+    p.add_argument("id", help="a job id, or the word search")
+    p.add_argument("text", nargs="?", help="with search: the text to find")
+    p.add_argument("--project", help="with search: a project id or slug")
+    p.add_argument("--size", type=int, default=50, help="with search: lines to show")
     p.add_argument("--attempt", type=int)
     p.add_argument("--stderr", action="store_true")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing until it ends")

@@ -87,3 +87,17 @@ def test_a_signature_needs_a_query_and_a_unique_name(acme):
         .status_code
         == 403
     )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_cli_searches_logs_across_jobs(es, live_server, acme, cluster, tmp_path):
+    from tests.sdk.test_client_and_cli import run_cli
+
+    failed_job(acme, cluster, tmp_path, "train-z", "NCCL error: remote process exited\n")
+    ship_pass()
+    es.indices.refresh(index="torus-logs-*")
+    env = {"TORUS_URL": live_server.url, "TORUS_TOKEN": acme.tokens[Role.VIEWER]}
+    result = run_cli("logs", "search", "NCCL", "--project", acme.project.slug, env=env)
+    assert result.returncode == 0, result.stderr
+    assert "NCCL error: remote process exited" in result.stdout
+    assert "(1 matching lines)" in result.stderr
