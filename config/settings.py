@@ -135,6 +135,8 @@ CELERY_BEAT_SCHEDULE["jobs-control-pass"] = {
     "options": {"expires": float(TORUS_RECONCILE_SECONDS) * 2},
 }
 
+CELERY_BEAT_SCHEDULE["logs-retention"] = {"task": "logs.apply_retention", "schedule": 3600.0}
+
 # Logs: Elasticsearch and the shipper.
 TORUS_ELASTICSEARCH_URL = env_str("TORUS_ELASTICSEARCH_URL", "http://127.0.0.1:19200")
 TORUS_SHIPPER_INTERVAL = float(env_int("TORUS_SHIPPER_INTERVAL_MS", 250, minimum=10)) / 1000

@@ -3,7 +3,7 @@
 import hashlib
 
 from django.conf import settings
-from django.core.validators import RegexValidator
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.utils import timezone
 
@@ -33,6 +33,11 @@ class Tenant(BaseModel):
     name = models.CharField(max_length=200)
     slug = models.CharField(max_length=50, unique=True, validators=[slug_validator])
     description = models.TextField(blank=True, default="")
+    log_retention_days = models.PositiveIntegerField(
+        default=30,
+        validators=[MinValueValidator(1), MaxValueValidator(3650)],
+        help_text="Job log lines older than this many days are deleted.",
+    )
 
     objects = TenantQuerySet.as_manager()
 

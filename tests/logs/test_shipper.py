@@ -199,3 +199,25 @@ def test_elasticsearch_down_for_a_minute_loses_nothing(es, attempt):
     assert offset_during == len(b"".join(b"before %d\n" % n for n in range(20_000)))
     assert count(attempt=attempt) == 20_000 + i
     assert max(rss) - min(rss) < 50 * 1024, rss  # memory stays bounded while it waits
+
+
+def test_retention_deletes_only_a_tenants_expired_days(es, acme, globex):
+    from datetime import UTC, datetime, timedelta
+
+    from apps.logs.tasks import apply_retention
+
+    today = datetime.now(UTC)
+    names = {
+        "old": f"torus-logs-acme-{today - timedelta(days=40):%Y.%m.%d}",
+        "recent": f"torus-logs-acme-{today - timedelta(days=5):%Y.%m.%d}",
+        "other": f"torus-logs-globex-{today - timedelta(days=40):%Y.%m.%d}",
+    }
+    for name in names.values():
+        es.indices.create(index=name)
+    acme.tenant.log_retention_days = 30
+    acme.tenant.save()
+    globex.tenant.log_retention_days = 60
+    globex.tenant.save()
+    assert apply_retention() == 1
+    assert not es.indices.exists(index=names["old"])
+    assert es.indices.exists(index=names["recent"]) and es.indices.exists(index=names["other"])

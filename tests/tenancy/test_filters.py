@@ -42,3 +42,11 @@ def test_bad_filter_value_is_a_400(acme):
 def test_ordering_by_an_unknown_field_is_ignored_not_a_500(acme):
     response = acme.client(Role.VIEWER).get(reverse("project-list"), {"ordering": "secret"})
     assert response.status_code == 200
+
+
+def test_owners_set_the_log_retention_within_bounds(acme):
+    url = reverse("tenant-detail", kwargs={"pk": acme.tenant.pk})
+    owner = acme.client(Role.OWNER)
+    assert owner.patch(url, {"log_retention_days": 0}).status_code == 400
+    response = owner.patch(url, {"log_retention_days": 14})
+    assert response.status_code == 200 and response.json()["log_retention_days"] == 14

@@ -29,7 +29,16 @@ class TenantSerializer(StrictModelSerializer):
 
     class Meta:
         model = Tenant
-        fields = ["id", "name", "slug", "description", "role", "created_at", "updated_at"]
+        fields = [
+            "id",
+            "name",
+            "slug",
+            "description",
+            "log_retention_days",
+            "role",
+            "created_at",
+            "updated_at",
+        ]
         read_only_fields = ["id", "slug", "role", "created_at", "updated_at"]
 
     def get_role(self, obj) -> str | None:
