@@ -90,6 +90,8 @@ def reconcile_cluster(*, cluster_id) -> dict:
                 attempt.state == AttemptState.RUNNING or found.restarts
             ):
                 outcome = _take_back_requeued(backend, found)
+        if _unchanged(attempt, found, outcome):
+            continue  # most attempts, most passes: no transaction, no row lock
         result = apply(attempt_id=attempt.pk, found=found, outcome=outcome, down_nodes=down)
         if result:
             stats["updated"] += 1
@@ -109,6 +111,20 @@ def reconcile_cluster(*, cluster_id) -> dict:
 
         admit_tenant(tenant_id=tenant_id)
     return stats
+
+
+def _unchanged(attempt: JobAttempt, found: BackendJob, outcome: str) -> bool:
+    """True when the cluster reports exactly what the attempt row already says."""
+    return (
+        outcome == attempt.state
+        and outcome in (AttemptState.SUBMITTED, AttemptState.RUNNING)
+        and found.state == attempt.backend_state
+        and found.reason[:255] == attempt.backend_reason
+        and found.backend_id == attempt.backend_id
+        and (
+            not found.nodes or found.nodes == attempt.nodes or attempt.state == AttemptState.RUNNING
+        )
+    )
 
 
 def _take_back_requeued(backend, found: BackendJob) -> str:
