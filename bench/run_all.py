@@ -14,7 +14,9 @@ HERE = Path(__file__).resolve().parent
 
 
 def main() -> int:
-    scripts = sorted(p for p in HERE.glob("*.py") if p.name != "run_all.py")
+    scripts = sorted(
+        p for p in HERE.glob("*.py") if p.name != "run_all.py" and not p.name.startswith("_")
+    )
     if not scripts:
         print("no benchmarks yet")
         return 0

@@ -29,13 +29,31 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from apps.compute.envfile import read_env_file  # noqa: E402  (Django-free)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import (
+    BIN,
+    ENV,
+    VAR,
+    Proc,
+    django_setup,
+    ensure_tenant,
+    environment,
+    manage,
+    percentiles,
+    start_web,
+    stop_all,
+)
+from _common import log as _log
 
-BIN = ROOT / ".venv" / "bin"
-VAR = Path(os.environ.get("TORUS_VAR_DIR", ROOT / ".var"))
-REDIS_DB_BASE = "4"
+from apps.compute.envfile import read_env_file
+
+OUR_IDS: list[str] = []  # every Slurm id the peers got, for the cleanup of an aborted run
+
+
+def log(msg: str) -> None:
+    _log("submit", msg)
+
+
 TENANT_SLUG, PROJECT_SLUG, OWNER, TOKEN_NAME = "bench", "submit", "bench-owner", "bench-submit"
 POLL_S = 0.05
 PASSES = 7  # reconcile passes measured per case; the least RPC count is reported (others
@@ -45,58 +63,12 @@ SBATCH = shutil.which("sbatch") or "/usr/bin/sbatch"
 OUR_NAME = re.compile(r"^bench-(\d+|sbatch-\d+|restd-\d+|rpc-\d+)$")
 
 
-def log(msg: str) -> None:
-    sys.stderr.write(f"[submit {time.strftime('%H:%M:%S')}] {msg}\n")
-    sys.stderr.flush()
-
-
 # -- environment ---------------------------------------------------------------------------
 
 
-def platform_env() -> dict[str, str]:
-    """What the Makefile exports, plus our own Redis databases."""
-    env = dict(os.environ)
-    env.setdefault("TORUS_VAR_DIR", str(VAR))
-    env.setdefault("TORUS_DATABASE_URL", "postgres://torus:torus@127.0.0.1:15432/torus")
-    env.setdefault("TORUS_REDIS_URL", "redis://127.0.0.1:16379")
-    if not env.get("TORUS_SECRET_KEY"):
-        key = VAR / "secret-key"
-        if not key.is_file() or not key.read_text().strip():
-            sys.exit(f"no {key}: run `make up` (or make migrate) once first")
-        env["TORUS_SECRET_KEY"] = key.read_text().strip()
-    env["DJANGO_SETTINGS_MODULE"] = "config.settings"
-    env["TORUS_REDIS_DB_BASE"] = REDIS_DB_BASE
-    return env
-
-
 SLURM = read_env_file(VAR / "slurm" / "env")
-ENV = platform_env()
-os.environ.update(ENV)
 SLURM_ENV = {**ENV, "SLURM_CONF": SLURM["SLURM_CONF"]}
 SLURM_ENV.pop("SLURM_JWT", None)
-
-
-def percentiles(values: list[float]) -> dict:
-    if not values:
-        return {}
-    ordered = sorted(values)
-
-    def pick(q: float) -> float:
-        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 2)
-
-    return {
-        "p50": pick(0.50),
-        "p95": pick(0.95),
-        "p99": pick(0.99),
-        "mean": round(statistics.fmean(ordered), 2),
-        "max": round(ordered[-1], 2),
-    }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # -- Slurm helpers -------------------------------------------------------------------------
@@ -178,47 +150,6 @@ def sdiag_rpcs() -> dict[str, int]:
 # -- Django (in this process: setup, polling, reconcile passes, cleanup) ---------------------
 
 
-def django_setup():
-    sys.path.insert(0, str(ROOT))
-    import django
-
-    django.setup()
-
-
-def manage(*args: str) -> None:
-    log(f"manage.py {' '.join(args)}")
-    subprocess.run([str(BIN / "python"), "manage.py", *args], cwd=ROOT, env=ENV, check=True)  # noqa: S603
-
-
-def ensure_tenant() -> dict:
-    from django.contrib.auth import get_user_model
-    from django.utils import timezone
-
-    from apps.compute.models import Cluster
-    from apps.quotas.models import Quota
-    from apps.tenancy import services
-    from apps.tenancy.models import AccessToken, Membership, Project, Role, Tenant
-
-    user, _ = get_user_model().objects.get_or_create(
-        username=OWNER, defaults={"email": f"{OWNER}@example.org"}
-    )
-    tenant = Tenant.objects.filter(slug=TENANT_SLUG).first()
-    if tenant is None:
-        tenant = services.tenant_create(name="Benchmarks", slug=TENANT_SLUG, owner=user)
-    Membership.objects.update_or_create(tenant=tenant, user=user, defaults={"role": Role.OWNER})
-    project, _ = Project.objects.get_or_create(
-        tenant=tenant, slug=PROJECT_SLUG, defaults={"name": "Submit benchmark"}
-    )
-    AccessToken.objects.filter(tenant=tenant, name=TOKEN_NAME, revoked_at__isnull=True).update(
-        revoked_at=timezone.now()
-    )
-    _, token = services.token_create(actor=None, user=user, tenant=tenant, name=TOKEN_NAME)
-    if Quota.objects.filter(tenant=tenant).exists():
-        log("warning: the bench tenant has quotas; admission may hold jobs back")
-    cluster = Cluster.objects.get(name="local")
-    return {"tenant": tenant, "project": project, "user": user, "token": token, "cluster": cluster}
-
-
 def reconcile_pass(cluster_id) -> tuple[dict, float]:
     from apps.jobs.reconcile import reconcile_cluster
 
@@ -270,84 +201,6 @@ def finish_torus_jobs(ctx, job_ids=None) -> None:
 # -- the platform's processes ---------------------------------------------------------------
 
 
-class Proc:
-    def __init__(self, name: str, argv: list[str], logdir: Path):
-        self.name, self.log_path = name, logdir / f"{name}.log"
-        self.log_file = open(self.log_path, "ab")  # noqa: SIM115
-        self.popen = subprocess.Popen(  # noqa: S603
-            argv,
-            cwd=ROOT,
-            env=ENV,
-            stdout=self.log_file,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-
-    def stop(self) -> None:
-        if self.popen.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.popen.pid, signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.popen.wait(timeout=15)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.popen.pid, signal.SIGKILL)  # stragglers of the group
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.popen.wait(timeout=5)
-        self.log_file.close()
-
-    def tail(self, n: int = 20) -> str:
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-
-
-PROCS: list[Proc] = []
-OUR_IDS: list[str] = []  # every Slurm id the peers got, for the cleanup of an aborted run
-
-
-def stop_all() -> None:
-    while PROCS:
-        proc = PROCS.pop()
-        log(f"stopping {proc.name} (pid {proc.popen.pid})")
-        proc.stop()
-
-
-def start_web(logdir: Path, workers: int) -> tuple[Proc, int]:
-    port = free_port()
-    argv = [str(BIN / "uvicorn"), "config.asgi:application", "--host", "127.0.0.1"]
-    argv += ["--port", str(port), "--no-access-log", "--log-level", "warning"]
-    if workers > 1:
-        argv += ["--workers", str(workers)]
-    proc = Proc(f"web-w{workers}", argv, logdir)
-    PROCS.append(proc)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.popen.poll() is not None:
-            raise RuntimeError(f"uvicorn exited:\n{proc.tail()}")
-        try:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            conn.request("GET", "/healthz")
-            first = conn.getresponse()
-            first.read()
-            if first.status == 200:
-                # every worker process must have imported Django before the clock starts
-                for _ in range(4 * workers):
-                    conn.request("GET", "/healthz")
-                    conn.getresponse().read()
-                conn.close()
-                log(f"uvicorn --workers {workers} up on port {port}")
-                return proc, port
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"uvicorn did not answer /healthz:\n{proc.tail()}")
-
-
-def stop_proc(proc: Proc) -> None:
-    if proc in PROCS:
-        PROCS.remove(proc)
-    proc.stop()
-
-
 def start_worker(logdir: Path) -> Proc:
     from config.celery import app
 
@@ -356,7 +209,6 @@ def start_worker(logdir: Path) -> Proc:
     argv = [str(BIN / "celery"), "-A", "config", "worker", "--concurrency", "2", "-Q", "celery"]
     argv += ["--loglevel", "INFO", "--hostname", hostname]
     proc = Proc("worker", argv, logdir)
-    PROCS.append(proc)
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         if proc.popen.poll() is not None:
@@ -894,24 +746,6 @@ def pyspy_summary(path: Path) -> dict:
 # -- main ------------------------------------------------------------------------------------------
 
 
-def environment() -> dict:
-    """How loaded the machine is (the benchmark shares 2 cores with everything else)."""
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        took = []
-        for _ in range(200):
-            started = time.perf_counter()
-            cursor.execute("SELECT 1")
-            cursor.fetchone()
-            took.append((time.perf_counter() - started) * 1000)
-    return {
-        "cpus": os.cpu_count(),
-        "loadavg": [round(x, 2) for x in os.getloadavg()],
-        "pg_select1_ms_p50": round(statistics.median(took), 3),
-    }
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="100 jobs instead of 500")
@@ -938,7 +772,9 @@ def main() -> int:
         manage("migrate", "--noinput", "--verbosity", "0")
         manage("cluster_register_local")
         django_setup()
-        ctx = ensure_tenant()
+        ctx = ensure_tenant(
+            slug=TENANT_SLUG, project_slug=PROJECT_SLUG, owner=OWNER, token_name=TOKEN_NAME
+        )
         clear_locks(ctx["cluster"].pk)
         controller_room(8 * n + 160 + (n if args.py_spy else 0))
         sweep_leftovers()
@@ -964,20 +800,20 @@ def main() -> int:
         # ---- Torus: uvicorn 1 worker vs 2, 8 client threads
         runs = {}
         for workers in (1, 2):
-            web, port = start_web(logdir, workers)
+            web, port = start_web(logdir, workers=workers)
             offset = worker.log_path.stat().st_size
             run = torus_phase(ctx, port, n, 8, f"torus (uvicorn --workers {workers}, 8 threads)")
             run["dispatch_tasks"] = dispatch_passes(worker, offset)
             runs[workers] = run
             finish_torus_jobs(ctx, run.pop("_job_ids"))
-            stop_proc(web)
+            web.stop()
         best = min(runs, key=lambda w: runs[w]["seconds"])
         head = runs[best]
         other = runs[3 - best]["seconds"]
         log(f"uvicorn --workers {best} is faster ({head['seconds']} s vs {other} s)")
 
         # ---- Torus, 1 client thread (with the faster web), then the reconcile RPC phases
-        web, port = start_web(logdir, best)
+        web, port = start_web(logdir, workers=best)
         offset = worker.log_path.stat().st_size
         one = torus_phase(ctx, port, n, 1, f"torus (uvicorn --workers {best}, 1 thread)")
         one["dispatch_tasks"] = dispatch_passes(worker, offset)
@@ -1001,7 +837,7 @@ def main() -> int:
             finish_torus_jobs(ctx, spied.pop("_job_ids"))
         rpc_n = rpc_phase(ctx, port, n)
         rpc_10 = rpc_phase(ctx, port, 10)
-        stop_proc(web)
+        web.stop()
         sb_after = sbatch_loop(min(n, 100), workdir)
         slurm_ids += sb_after["_ids"]
         scancel(sb_after.pop("_ids"))

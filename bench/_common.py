@@ -1,0 +1,204 @@
+"""What every benchmark needs: the platform's environment, its own web server and workers,
+a bench tenant with a token, and percentiles. Not a benchmark itself (run_all skips `_*.py`).
+
+Importing this module sets os.environ to the platform's settings with the Redis databases
+given by TORUS_REDIS_DB_BASE (default 4: a running platform uses 0-2 and the tests 8-10).
+"""
+
+import contextlib
+import http.client
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = ROOT / ".venv" / "bin"
+VAR = Path(os.environ.get("TORUS_VAR_DIR", ROOT / ".var"))
+sys.path.insert(0, str(ROOT))
+
+
+def log(name: str, msg: str) -> None:
+    sys.stderr.write(f"[{name} {time.strftime('%H:%M:%S')}] {msg}\n")
+    sys.stderr.flush()
+
+
+def platform_env(*, redis_db_base: str = "4") -> dict[str, str]:
+    """What the Makefile exports, plus the benchmark's own Redis databases."""
+    env = dict(os.environ)
+    env.setdefault("TORUS_VAR_DIR", str(VAR))
+    env.setdefault("TORUS_DATABASE_URL", "postgres://torus:torus@127.0.0.1:15432/torus")
+    env.setdefault("TORUS_REDIS_URL", "redis://127.0.0.1:16379")
+    if not env.get("TORUS_SECRET_KEY"):
+        key = VAR / "secret-key"
+        if not key.is_file() or not key.read_text().strip():
+            sys.exit(f"no {key}: run `make up` (or make migrate) once first")
+        env["TORUS_SECRET_KEY"] = key.read_text().strip()
+    env["DJANGO_SETTINGS_MODULE"] = "config.settings"
+    env["TORUS_REDIS_DB_BASE"] = env.get("TORUS_REDIS_DB_BASE") or redis_db_base
+    return env
+
+
+ENV = platform_env()
+os.environ.update(ENV)
+
+
+def percentiles(values: list[float]) -> dict:
+    if not values:
+        return {}
+    ordered = sorted(values)
+
+    def pick(q: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 2)
+
+    return {
+        "p50": pick(0.50),
+        "p95": pick(0.95),
+        "p99": pick(0.99),
+        "mean": round(statistics.fmean(ordered), 2),
+        "max": round(ordered[-1], 2),
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def django_setup():
+    import django
+
+    django.setup()
+
+
+def manage(*args: str) -> None:
+    subprocess.run([str(BIN / "python"), "manage.py", *args], cwd=ROOT, env=ENV, check=True)  # noqa: S603
+
+
+def ensure_tenant(*, slug: str, project_slug: str, owner: str, token_name: str) -> dict:
+    """A bench tenant with an owner, a project and a fresh token (the previous one revoked)."""
+    from django.contrib.auth import get_user_model
+    from django.utils import timezone
+
+    from apps.compute.models import Cluster
+    from apps.tenancy import services
+    from apps.tenancy.models import AccessToken, Membership, Project, Role, Tenant
+
+    user, _ = get_user_model().objects.get_or_create(
+        username=owner, defaults={"email": f"{owner}@example.org"}
+    )
+    tenant = Tenant.objects.filter(slug=slug).first()
+    if tenant is None:
+        tenant = services.tenant_create(name=f"Benchmark {slug}", slug=slug, owner=user)
+    Membership.objects.update_or_create(tenant=tenant, user=user, defaults={"role": Role.OWNER})
+    project, _ = Project.objects.get_or_create(
+        tenant=tenant, slug=project_slug, defaults={"name": f"Benchmark {project_slug}"}
+    )
+    AccessToken.objects.filter(tenant=tenant, name=token_name, revoked_at__isnull=True).update(
+        revoked_at=timezone.now()
+    )
+    _, token = services.token_create(actor=None, user=user, tenant=tenant, name=token_name)
+    cluster = Cluster.objects.filter(name="local").first()
+    return {"tenant": tenant, "project": project, "user": user, "token": token, "cluster": cluster}
+
+
+class Proc:
+    """A child process in its own session, its output in logdir/<name>.log."""
+
+    def __init__(self, name: str, argv: list[str], logdir: Path, env: dict | None = None):
+        self.name, self.log_path = name, logdir / f"{name}.log"
+        self.log_file = open(self.log_path, "ab")  # noqa: SIM115
+        self.popen = subprocess.Popen(  # noqa: S603
+            argv,
+            cwd=ROOT,
+            env=env or ENV,
+            stdout=self.log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        PROCS.append(self)
+
+    def stop(self) -> None:
+        if self in PROCS:
+            PROCS.remove(self)
+        if self.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.popen.wait(timeout=15)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, signal.SIGKILL)  # stragglers of the group
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(timeout=5)
+        self.log_file.close()
+
+    def tail(self, n: int = 20) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+
+
+PROCS: list[Proc] = []
+
+
+def stop_all() -> None:
+    while PROCS:
+        PROCS[-1].stop()
+
+
+def start_web(logdir: Path, *, workers: int = 1, name: str | None = None) -> tuple[Proc, int]:
+    """uvicorn on a free port, returned once every worker has answered /healthz."""
+    port = free_port()
+    argv = [str(BIN / "uvicorn"), "config.asgi:application", "--host", "127.0.0.1"]
+    argv += ["--port", str(port), "--no-access-log", "--log-level", "warning"]
+    if workers > 1:
+        argv += ["--workers", str(workers)]
+    proc = Proc(name or f"web-w{workers}", argv, logdir)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.popen.poll() is not None:
+            raise RuntimeError(f"uvicorn exited:\n{proc.tail()}")
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            conn.request("GET", "/healthz")
+            first = conn.getresponse()
+            first.read()
+            if first.status == 200:
+                for _ in range(4 * workers):  # every worker has imported Django
+                    conn.request("GET", "/healthz")
+                    conn.getresponse().read()
+                conn.close()
+                return proc, port
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"uvicorn did not answer /healthz:\n{proc.tail()}")
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process and its reaped children, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = sum(int(v) for v in fields[11:15])  # utime stime cutime cstime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def environment() -> dict:
+    """How loaded the machine is (a benchmark shares 2 cores with everything else)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        took = []
+        for _ in range(200):
+            started = time.perf_counter()
+            cursor.execute("SELECT 1")
+            cursor.fetchone()
+            took.append((time.perf_counter() - started) * 1000)
+    return {
+        "cpus": os.cpu_count(),
+        "loadavg": [round(x, 2) for x in os.getloadavg()],
+        "pg_select1_ms_p50": round(statistics.median(took), 3),
+    }
