@@ -20,7 +20,7 @@ from apps.compute.backends import for_cluster
 from apps.compute.backends.base import ClusterUnavailable, Submission, SubmitRejected
 from apps.compute.models import Cluster
 from apps.jobs import paths
-from apps.jobs.models import AttemptState, Job, JobAttempt, JobEvent
+from apps.jobs.models import AttemptState, Job, JobAttempt
 from apps.jobs.states import State
 
 logger = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ def mark_submitted(*, attempt_id, backend_id: str, adopted: bool = False) -> Non
 def mark_submitted_many(*, submitted: dict, adopted: bool = False) -> None:
     """Record backend ids ({attempt id: backend id}) and move their jobs to SUBMITTED, in one
     transaction whatever the number."""
-    from apps.jobs.services import TRANSITION_FIELDS, transition_in_memory
+    from apps.jobs.services import TRANSITION_FIELDS, events_record, transition_in_memory
 
     how = "adopted from the cluster" if adopted else "submitted"
     now = timezone.now()
@@ -120,7 +120,7 @@ def mark_submitted_many(*, submitted: dict, adopted: bool = False) -> None:
             attempts, ["state", "backend_id", "submitted_at", "updated_at"]
         )
         Job.objects.bulk_update(moved, TRANSITION_FIELDS)
-        JobEvent.objects.bulk_create(events)
+        events_record(events=events)
 
 
 def mark_rejected(*, attempt_id, message: str) -> None:

@@ -13,6 +13,7 @@ from apps.jobs import paths
 from apps.jobs.models import ATTEMPT_ENDED, AttemptState, Job, JobAttempt, JobEvent
 from apps.jobs.spec import normalise, totals
 from apps.jobs.states import TERMINAL, State, check_transition
+from apps.logs.live import publish_states
 from apps.tenancy.audit import audit_event, audit_record
 from apps.tenancy.models import AuditEvent, Project, Role
 from apps.tenancy.policies import has_role
@@ -57,9 +58,18 @@ def job_transition(*, job: Job, to: str, reason: str = "", attempt=None) -> JobE
             job.save(update_fields=["state_reason", "updated_at"])
         return None
     event = transition_in_memory(job=job, to=to, reason=reason, attempt=attempt)
-    event.save()
+    events_record(events=[event])
     job.save(update_fields=TRANSITION_FIELDS)
     return event
+
+
+def events_record(*, events: list[JobEvent]) -> None:
+    """Save state-change events; once the transaction commits, push them to the jobs' live
+    viewers (/ws/jobs/{id}/)."""
+    if not events:
+        return
+    JobEvent.objects.bulk_create(events)
+    transaction.on_commit(lambda: publish_states(events=events))
 
 
 def _require_project_access(*, actor: Actor, project: Project) -> None:

@@ -1,19 +1,31 @@
-"""/ws/jobs/{id}/: the last lines of a job, then its new lines as they are shipped.
+"""/ws/jobs/{id}/: a job's last lines, then its new lines, metrics and state changes.
 
 Authenticated by session or token (see apps/tenancy/websocket_auth.py), authorised per job
 at the handshake (another tenant's job is refused before accept), Origin checked by the ASGI
-stack. Lines arrive in batches (apps/logs/live.py), never one message per line.
+stack. Lines arrive in batches (apps/logs/live.py), never one message per line, and at most
+TORUS_LIVE_MAX_LINES_PER_SECOND reach one viewer: beyond that a "skipped" message says how
+many lines were left out (they stay in Elasticsearch and the job's logs endpoint).
+
+Messages sent, as JSON objects with a "type":
+  backlog   {state, reason, streams: {attempt, stdout, stderr}, lines: [...]}  (first, once)
+  lines     {lines: [{attempt_number, stream, offset, timestamp, level, message}, ...]}
+  metrics   {points: [{step, name, value}, ...]}
+  state     {state, from, reason, at, attempt}
+  stream_end {attempt, stream}   (that stream of that attempt is fully shipped)
+  skipped   {count, first: {attempt_number, stream, offset}}
 """
 
+import time
 import uuid
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
 
 from apps.jobs.models import Job
 from apps.logs.live import job_group
-from apps.logs.search_backlog import last_lines
+from apps.logs.search_backlog import last_lines, streams_complete
 from apps.tenancy.consumers import CLOSE_UNAUTHENTICATED
 
 CLOSE_NOT_FOUND = 4404
@@ -22,8 +34,34 @@ DEFAULT_TAIL, MAX_TAIL = 200, 2000
 
 @database_sync_to_async
 def _visible_job(actor, job_id):
-    job = Job.objects.visible_to(actor).select_related("tenant").filter(pk=job_id).first()
-    return job
+    return Job.objects.visible_to(actor).select_related("tenant").filter(pk=job_id).first()
+
+
+@database_sync_to_async
+def _backlog(job, tail: int) -> dict:
+    job.refresh_from_db(fields=["state", "state_reason"])
+    return {
+        "type": "backlog",
+        "state": job.state,
+        "reason": job.state_reason,
+        "streams": streams_complete(job=job),
+        "lines": last_lines(job=job, count=tail),
+    }
+
+
+class LineBudget:
+    """A token bucket: `rate` lines per second, bursts up to one second's worth."""
+
+    def __init__(self, rate: int):
+        self.rate, self.tokens, self.stamp = rate, float(rate), time.monotonic()
+
+    def take(self, wanted: int) -> int:
+        now = time.monotonic()
+        self.tokens = min(self.rate, self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = now
+        granted = min(wanted, int(self.tokens))
+        self.tokens -= granted
+        return granted
 
 
 class JobLogConsumer(AsyncJsonWebsocketConsumer):
@@ -42,23 +80,45 @@ class JobLogConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=CLOSE_NOT_FOUND)
             return
         self.group = job_group(job.pk)
+        self.budget = LineBudget(settings.TORUS_LIVE_MAX_LINES_PER_SECOND)
         protocols = self.scope.get("subprotocols") or []
         await self.accept(subprotocol="torus" if "torus" in protocols else None)
+        # subscribe first, then read: whatever is shipped meanwhile comes live (or twice,
+        # with the same attempt/stream/offset), never not at all
         await self.channel_layer.group_add(self.group, self.channel_name)
-        tail = min(int(self._query().get("tail", DEFAULT_TAIL) or DEFAULT_TAIL), MAX_TAIL)
-        lines = await database_sync_to_async(last_lines)(job=job, count=tail)
-        await self.send_json({"type": "backlog", "state": job.state, "lines": lines})
+        await self.send_json(await _backlog(job, self._tail()))
 
     async def disconnect(self, code):
         if hasattr(self, "group"):
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
     async def log_lines(self, event):
-        await self.send_json({"type": "lines", "lines": event["lines"]})
+        lines = event["lines"]
+        granted = self.budget.take(len(lines))
+        if granted:
+            await self.send_json({"type": "lines", "lines": lines[:granted]})
+        if granted < len(lines):
+            first = lines[granted]
+            await self.send_json(
+                {
+                    "type": "skipped",
+                    "count": len(lines) - granted,
+                    "first": {k: first[k] for k in ("attempt_number", "stream", "offset")},
+                }
+            )
 
     async def log_metrics(self, event):
         await self.send_json({"type": "metrics", "points": event["points"]})
 
-    def _query(self) -> dict:
+    async def log_stream_end(self, event):
+        await self.send_json(
+            {"type": "stream_end", "attempt": event["attempt"], "stream": event["stream"]}
+        )
+
+    async def job_state(self, event):
+        await self.send_json({**event, "type": "state"})
+
+    def _tail(self) -> int:
         raw = self.scope.get("query_string", b"").decode()
-        return {key: values[-1] for key, values in parse_qs(raw).items()}
+        value = (parse_qs(raw).get("tail") or [""])[-1]
+        return min(int(value), MAX_TAIL) if value.isdigit() else DEFAULT_TAIL

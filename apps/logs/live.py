@@ -1,33 +1,89 @@
-"""Publishing shipped lines to the job's Channels group, in bounded batches."""
+"""Publishing to a job's Channels group (`job-<id>`): shipped lines and metric points in
+bounded batches, and job state changes. Best effort: the data itself is in Elasticsearch and
+PostgreSQL, so a Redis outage is logged and never fails the caller."""
+
+import asyncio
+import logging
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
+logger = logging.getLogger(__name__)
 MAX_LINES_PER_MESSAGE = 500
 MAX_CHARS_PER_LINE = 4096
+MAX_POINTS_PER_MESSAGE = 5000
 
 
 def job_group(job_id) -> str:
     return f"job-{job_id}"
 
 
+def _send(messages: list[tuple[str, dict]]) -> None:
+    """group_send every (group, message) in one trip through the event loop."""
+    layer = get_channel_layer()
+    if layer is None or not messages:
+        return
+
+    async def send_all():
+        await asyncio.gather(*(layer.group_send(group, msg) for group, msg in messages))
+
+    try:
+        async_to_sync(send_all)()
+    except Exception as exc:  # a Redis outage must not stop the caller
+        logger.warning("live publish to %d group(s) failed: %s", len(messages), exc)
+
+
 def publish_lines(*, job_id, lines: list[dict]) -> None:
     """Send lines to the job's live viewers: a message per 500 lines, never one per line."""
-    layer = get_channel_layer()
-    if layer is None or not lines:
-        return
-    for start in range(0, len(lines), MAX_LINES_PER_MESSAGE):
-        chunk = [
-            {**line, "message": line["message"][:MAX_CHARS_PER_LINE]}
-            for line in lines[start : start + MAX_LINES_PER_MESSAGE]
+    group = job_group(job_id)
+    _send(
+        [
+            (
+                group,
+                {
+                    "type": "log.lines",
+                    "lines": [
+                        {**line, "message": line["message"][:MAX_CHARS_PER_LINE]}
+                        for line in lines[start : start + MAX_LINES_PER_MESSAGE]
+                    ],
+                },
+            )
+            for start in range(0, len(lines), MAX_LINES_PER_MESSAGE)
         ]
-        async_to_sync(layer.group_send)(job_group(job_id), {"type": "log.lines", "lines": chunk})
+    )
 
 
 def publish_metrics(*, job_id, points: list) -> None:
     """Send new metric points (JobMetric objects) to the job's live viewers in one message."""
-    layer = get_channel_layer()
-    if layer is None or not points:
+    if not points:
         return
-    payload = [{"step": p.step, "name": p.name, "value": p.value} for p in points[:5000]]
-    async_to_sync(layer.group_send)(job_group(job_id), {"type": "log.metrics", "points": payload})
+    payload = [
+        {"step": p.step, "name": p.name, "value": p.value} for p in points[:MAX_POINTS_PER_MESSAGE]
+    ]
+    _send([(job_group(job_id), {"type": "log.metrics", "points": payload})])
+
+
+def publish_stream_end(*, job_id, attempt_number: int, stream: str) -> None:
+    """Tell the job's live viewers that a stream of an attempt has been shipped to its end."""
+    message = {"type": "log.stream_end", "attempt": attempt_number, "stream": stream}
+    _send([(job_group(job_id), message)])
+
+
+def publish_states(*, events: list) -> None:
+    """Send job state changes (saved JobEvent objects) to each job's live viewers."""
+    _send(
+        [
+            (
+                job_group(event.job_id),
+                {
+                    "type": "job.state",
+                    "state": event.to_state,
+                    "from": event.from_state,
+                    "reason": event.reason,
+                    "at": event.created_at.isoformat(),
+                    "attempt": event.attempt.number if event.attempt_id else None,
+                },
+            )
+            for event in events
+        ]
+    )

@@ -1,14 +1,20 @@
-"""The last lines of a job from Elasticsearch (the websocket's backlog)."""
+"""The websocket's opening message: a job's last lines from Elasticsearch and where its
+latest attempt's streams stand."""
 
 from elasticsearch import ApiError, TransportError
 
 from apps.logs.es import client, index_pattern
+from apps.logs.models import LogCursor
 
 
 def last_lines(*, job, count: int) -> list[dict]:
+    """The job's last `count` lines. Refreshes first, so every batch Elasticsearch has
+    acknowledged is included: a viewer subscribed before this call misses nothing."""
+    es, pattern = client(), index_pattern(job.tenant.slug)
     try:
-        result = client().search(
-            index=index_pattern(job.tenant.slug),
+        es.indices.refresh(index=pattern, ignore_unavailable=True, allow_no_indices=True)
+        result = es.search(
+            index=pattern,
             ignore_unavailable=True,
             allow_no_indices=True,
             query={
@@ -25,6 +31,18 @@ def last_lines(*, job, count: int) -> list[dict]:
     except (ApiError, TransportError):
         return []
     return [to_line(hit["_source"]) for hit in reversed(result["hits"]["hits"])]
+
+
+def streams_complete(*, job) -> dict:
+    """{"attempt": n, "stdout": bool, "stderr": bool} for the job's latest attempt: whether
+    each stream has been shipped to its end (the attempt ended and nothing is left)."""
+    attempt = job.attempts.order_by("-number").first()
+    if attempt is None:
+        return {"attempt": None, "stdout": False, "stderr": False}
+    done = set(
+        LogCursor.objects.filter(attempt=attempt, complete=True).values_list("stream", flat=True)
+    )
+    return {"attempt": attempt.number, "stdout": "stdout" in done, "stderr": "stderr" in done}
 
 
 def to_line(doc: dict) -> dict:

@@ -20,7 +20,7 @@ from elasticsearch import ApiError, TransportError, helpers
 from apps.jobs.models import ATTEMPT_ENDED, JobAttempt
 from apps.logs.es import client, index_name
 from apps.logs.index import template_install
-from apps.logs.live import publish_lines, publish_metrics
+from apps.logs.live import publish_lines, publish_metrics, publish_stream_end
 from apps.logs.metrics import parse_metric_line
 from apps.logs.models import JobMetric, LogCursor
 from apps.logs.parsing import events
@@ -61,6 +61,8 @@ def _active_attempts(*, shard: int, shards: int):
 def ship_stream(attempt: JobAttempt, stream: str) -> int:
     """Ship what is new in one stream; the number of documents acknowledged."""
     cursor, _ = LogCursor.objects.get_or_create(attempt=attempt, stream=stream)
+    if cursor.complete:
+        return 0
     path = attempt.stdout_path if stream == "stdout" else attempt.stderr_path
     ended = attempt.state in ATTEMPT_ENDED
     try:
@@ -71,6 +73,7 @@ def ship_stream(attempt: JobAttempt, stream: str) -> int:
     except FileNotFoundError:
         if ended:
             LogCursor.objects.filter(pk=cursor.pk).update(complete=True)
+            publish_stream_end(job_id=attempt.job_id, attempt_number=attempt.number, stream=stream)
         return 0
     base, skipping = cursor.offset, cursor.skipping
     if skipping:  # the rest of an over-long line, already shipped truncated
@@ -94,6 +97,8 @@ def ship_stream(attempt: JobAttempt, stream: str) -> int:
         _bulk(attempt, stream, found)
     complete = final and consumed >= base + len(data) and not skipping
     _advance(cursor, offset=consumed, skipping=skipping, lines=len(found), complete=complete)
+    if complete:
+        publish_stream_end(job_id=attempt.job_id, attempt_number=attempt.number, stream=stream)
     return len(found)
 
 
@@ -133,11 +138,8 @@ def _bulk(attempt: JobAttempt, stream: str, found) -> None:
     points = _metric_points(attempt, stream, found, now)
     if points:
         JobMetric.objects.bulk_create(points, ignore_conflicts=True)
-    try:  # live viewers are best effort: Elasticsearch and PostgreSQL hold the data
-        publish_lines(job_id=job.id, lines=[to_line(action["_source"]) for action in actions])
-        publish_metrics(job_id=job.id, points=points)
-    except Exception as exc:  # a Redis outage must not stop shipping
-        logger.warning("live publish of job %s failed: %s", job.id, exc)
+    publish_lines(job_id=job.id, lines=[to_line(action["_source"]) for action in actions])
+    publish_metrics(job_id=job.id, points=points)
 
 
 def _metric_points(attempt, stream: str, found, now) -> list:

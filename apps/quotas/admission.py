@@ -14,7 +14,7 @@ from django.db import transaction
 from django.db.models import Count, Sum
 from django.utils import timezone
 
-from apps.jobs.models import AttemptState, Job, JobAttempt, JobEvent
+from apps.jobs.models import AttemptState, Job, JobAttempt
 from apps.jobs.states import ACTIVE, State
 from apps.quotas.models import Quota, UsageRecord
 from apps.tenancy.models import Tenant
@@ -165,7 +165,12 @@ def admit_tenant(*, tenant_id) -> list[Job]:
     another admitter holds). With quotas the tenant row is locked so that two admitters never
     count the same free capacity twice.
     """
-    from apps.jobs.services import TRANSITION_FIELDS, attempts_open, transition_in_memory
+    from apps.jobs.services import (
+        TRANSITION_FIELDS,
+        attempts_open,
+        events_record,
+        transition_in_memory,
+    )
     from apps.jobs.tasks import request_dispatch
 
     now = timezone.now()
@@ -218,7 +223,7 @@ def admit_tenant(*, tenant_id) -> list[Job]:
                         job=job, to=State.QUEUED, reason="admitted", attempt=attempt
                     )
                 )
-            JobEvent.objects.bulk_create(events)
+            events_record(events=events)
             Job.objects.bulk_update(admitted, TRANSITION_FIELDS)
             for cluster_id in {job.cluster_id for job in admitted}:
                 transaction.on_commit(lambda c=cluster_id: request_dispatch(c))

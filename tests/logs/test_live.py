@@ -80,3 +80,96 @@ async def test_another_tenants_job_is_refused_at_the_handshake(es, globex, runni
     )
     connected, code = await ws.connect()
     assert not connected and code == 4404
+
+
+async def _until(ws, kind: str, timeout: float = 10) -> dict:
+    while True:
+        message = await ws.receive_json_from(timeout=timeout)
+        if message["type"] == kind:
+            return message
+
+
+def _end_attempt(job_id, attempt_id) -> None:
+    from django.db import transaction
+
+    from apps.jobs.models import Job
+    from apps.jobs.services import job_transition
+
+    with transaction.atomic():
+        JobAttempt.objects.filter(pk=attempt_id).update(state="SUCCEEDED")
+        job = Job.objects.select_for_update().get(pk=job_id)
+        job_transition(job=job, to="SUCCEEDED", reason="exit code 0")
+
+
+async def test_state_changes_and_stream_ends_are_pushed(es, acme, running):
+    from asgiref.sync import sync_to_async
+
+    job, attempt = running
+    ws = WebsocketCommunicator(
+        application, f"/ws/jobs/{job.pk}/", headers=[ORIGIN, _bearer(acme.tokens[Role.VIEWER])]
+    )
+    assert (await ws.connect())[0]
+    backlog = await ws.receive_json_from(timeout=5)
+    assert backlog["streams"] == {"attempt": 1, "stdout": False, "stderr": False}
+    with open(attempt.stdout_path, "w") as handle:
+        handle.write("last words\n")
+    await sync_to_async(_end_attempt)(job.pk, attempt.pk)
+    state = await _until(ws, "state")
+    assert state["state"] == "SUCCEEDED" and state["from"] == "RUNNING"
+    assert state["reason"] == "exit code 0" and state["at"]
+    await sync_to_async(ship_pass)()
+    lines = await _until(ws, "lines")
+    assert [line["message"] for line in lines["lines"]] == ["last words"]
+    ends = {(m["attempt"], m["stream"]) for m in [await _until(ws, "stream_end") for _ in "12"]}
+    assert ends == {(1, "stdout"), (1, "stderr")}
+    await ws.disconnect()
+    # a viewer arriving afterwards learns from the backlog that nothing more will come
+    ws = WebsocketCommunicator(
+        application, f"/ws/jobs/{job.pk}/", headers=[ORIGIN, _bearer(acme.tokens[Role.VIEWER])]
+    )
+    assert (await ws.connect())[0]
+    backlog = await ws.receive_json_from(timeout=5)
+    assert backlog["state"] == "SUCCEEDED"
+    assert backlog["streams"] == {"attempt": 1, "stdout": True, "stderr": True}
+    assert [line["message"] for line in backlog["lines"]] == ["last words"]
+    await ws.disconnect()
+
+
+async def test_a_flood_is_bounded_per_viewer_and_the_rest_is_counted(es, acme, running, settings):
+    from asgiref.sync import sync_to_async
+
+    settings.TORUS_LIVE_MAX_LINES_PER_SECOND = 100
+    job, attempt = running
+    ws = WebsocketCommunicator(
+        application, f"/ws/jobs/{job.pk}/", headers=[ORIGIN, _bearer(acme.tokens[Role.VIEWER])]
+    )
+    assert (await ws.connect())[0]
+    await ws.receive_json_from(timeout=5)
+    with open(attempt.stdout_path, "w") as handle:
+        handle.write("".join(f"flood {i}\n" for i in range(1500)))
+    await sync_to_async(ship_pass)()
+    shown, skipped, first_skipped = [], 0, None
+    while len(shown) + skipped < 1500:
+        message = await ws.receive_json_from(timeout=10)
+        if message["type"] == "lines":
+            shown += [line["message"] for line in message["lines"]]
+        elif message["type"] == "skipped":
+            skipped += message["count"]
+            first_skipped = first_skipped or message["first"]
+    assert shown == [f"flood {i}" for i in range(len(shown))]
+    assert 100 <= len(shown) < 200 and len(shown) + skipped == 1500
+    assert first_skipped["offset"] == len("".join(f"flood {i}\n" for i in range(100)))
+    assert await sync_to_async(count)(job=job) == 1500  # only the live view was bounded
+    await ws.disconnect()
+
+
+async def test_a_bad_tail_parameter_falls_back_to_the_default(es, acme, running):
+    job, _ = running
+    ws = WebsocketCommunicator(
+        application,
+        f"/ws/jobs/{job.pk}/?tail=lots",
+        headers=[ORIGIN, _bearer(acme.tokens[Role.VIEWER])],
+    )
+    assert (await ws.connect())[0]
+    assert (await ws.receive_json_from(timeout=5))["type"] == "backlog"
+    await ws.disconnect()
