@@ -3,7 +3,12 @@
 Everything runs against the real PostgreSQL and Redis that `make test` brings up.
 """
 
+import contextlib
+import socket
+import threading
+import time
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import pytest
 from django.core.cache import cache
@@ -55,6 +60,55 @@ def celery_worker(transactional_db):
 
     with start_worker(app, pool="solo", perform_ping_check=True, loglevel="WARNING") as worker:
         yield worker
+
+
+@contextlib.contextmanager
+def background_loop(fn, *, interval: float):
+    """Call fn() every `interval` seconds in a thread while the block runs (as Celery beat or
+    the log shipper would in production)."""
+    stop = threading.Event()
+
+    def loop():
+        from django.db import connection
+
+        while not stop.is_set():
+            fn()
+            stop.wait(interval)
+        connection.close()
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+
+
+@pytest.fixture
+def asgi_server(transactional_db):
+    """The whole ASGI application (HTTP and websockets) served by uvicorn in a thread, on the
+    test database and the tests' Redis; `.url` is its base URL."""
+    import uvicorn
+
+    from config.asgi import application
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = uvicorn.Config(
+        application, host="127.0.0.1", port=port, lifespan="off", log_level="warning"
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    yield SimpleNamespace(url=f"http://127.0.0.1:{port}")
+    server.should_exit = True
+    thread.join(timeout=20)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -8,8 +8,7 @@ import httpx
 
 from torus.config import load_settings
 from torus.errors import TorusError
-
-TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED", "TIMEOUT"}
+from torus.live import TERMINAL, Follower, messages
 
 
 class Client:
@@ -20,7 +19,7 @@ class Client:
         headers = {"Accept": "application/json", "User-Agent": "torus-sdk"}
         if settings.token:
             headers["Authorization"] = f"Bearer {settings.token}"
-        self.url = settings.url
+        self.url, self._token = settings.url, settings.token
         self._http = httpx.Client(base_url=settings.url, headers=headers, timeout=timeout)
 
     def close(self) -> None:
@@ -150,21 +149,51 @@ class Client:
             params["attempt"] = attempt
         return self.request("GET", f"/api/v1/jobs/{job_id}/logs/", params=params)
 
+    def live(
+        self,
+        job_id: str,
+        *,
+        tail: int = 200,
+        stream: str | None = None,
+        heartbeat: float | None = None,
+    ):
+        """The job's live messages (see apps/logs/consumers.py): a backlog of its last `tail`
+        lines first, then batches of new lines, metric points, state changes, stream ends.
+        `stream`: only stdout's or stderr's lines (default both)."""
+        self.job(job_id)  # a clear 404 or 401 first: a refused handshake cannot say why
+        path = f"/ws/jobs/{job_id}/?tail={int(tail)}" + (f"&stream={stream}" if stream else "")
+        return messages(self.url, path, token=self._token, heartbeat=heartbeat)
+
     def follow_logs(
-        self, job_id: str, *, attempt: int | None = None, stream: str = "stdout", poll: float = 1.0
-    ) -> Iterator[str]:
-        """Yield an attempt's output as it is written, until the attempt has ended."""
-        offset = 0
-        while True:
-            chunk = self.logs(job_id, attempt=attempt, stream=stream, offset=offset)
-            if chunk["data"]:
-                yield chunk["data"]
-            offset = chunk["next_offset"]
-            if chunk["complete"]:
+        self,
+        job_id: str,
+        *,
+        streams: tuple[str, ...] = ("stdout",),
+        tail: int = 200,
+        on_message=None,
+        end_timeout: float = 60.0,
+    ) -> Iterator[dict]:
+        """Yield the job's lines ({attempt_number, stream, offset, timestamp, level, message})
+        as they are shipped, its last `tail` lines first, until the job has ended and its
+        output is fully shipped. `on_message(message)` sees every message (states, skips).
+        Raises TorusError when the last lines of an ended job take over `end_timeout` s."""
+        follower = Follower(streams=set(streams))
+        ended_at = None
+        only = streams[0] if len(streams) == 1 else None
+        for message in self.live(job_id, tail=tail, stream=only, heartbeat=1.0):
+            if on_message is not None and message["type"] != "idle":
+                on_message(message)
+            yield from follower.feed(message)
+            if follower.done:
                 return
-            attempt = attempt or chunk["attempt"]
-            if not chunk["data"]:
-                time.sleep(poll)
+            if follower.state in TERMINAL:
+                ended_at = ended_at or time.monotonic()
+                if time.monotonic() - ended_at > end_timeout:
+                    raise TorusError(
+                        f"job {job_id} has ended but its last lines were not shipped within "
+                        f"{end_timeout:.0f} s (is the log shipper running?)"
+                    )
+        raise TorusError("the live view closed before the job ended")
 
     def search_logs(
         self,

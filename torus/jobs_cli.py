@@ -119,10 +119,7 @@ def cmd_logs(client: Client, args) -> int:
         return _logs_search(client, args)
     stream = "stderr" if args.stderr else "stdout"
     if args.follow:
-        for text in client.follow_logs(args.id, attempt=args.attempt, stream=stream):
-            sys.stdout.write(text)
-            sys.stdout.flush()
-        return 0
+        return _follow(client, args, stream)
     offset = 0
     while True:
         chunk = client.logs(
@@ -132,6 +129,27 @@ def cmd_logs(client: Client, args) -> int:
         if chunk["next_offset"] == offset:
             return 0
         offset = chunk["next_offset"]
+
+
+def _follow(client: Client, args, stream: str) -> int:
+    """Live over the websocket: the last --tail lines, then new ones until the job has ended
+    and its output is shipped. State changes and skipped lines are told on stderr."""
+
+    def tell(message: dict) -> None:
+        if message["type"] == "state":
+            reason = f" ({message['reason']})" if message.get("reason") else ""
+            sys.stderr.write(f"torus: job {args.id} is {message['state']}{reason}\n")
+        elif message["type"] == "skipped":
+            sys.stderr.write(
+                f"torus: {message['count']} lines came faster than the live view shows; "
+                f"`torus logs {args.id}` has them all\n"
+            )
+
+    for line in client.follow_logs(args.id, streams=(stream,), tail=args.tail, on_message=tell):
+        sys.stdout.write(line["message"] + "\n")
+        sys.stdout.flush()
+    final = client.job(args.id)["state"]
+    return 0 if final == "SUCCEEDED" else 1
 
 
 def cmd_metrics(client: Client, args) -> int:
@@ -224,7 +242,10 @@ def add_parsers(sub) -> None:
     p.add_argument("--size", type=int, default=50, help="with search: lines to show")
     p.add_argument("--attempt", type=int)
     p.add_argument("--stderr", action="store_true")
-    p.add_argument("-f", "--follow", action="store_true", help="keep printing until it ends")
+    p.add_argument(
+        "-f", "--follow", action="store_true", help="live, until the job ends (websocket)"
+    )
+    p.add_argument("--tail", type=int, default=200, help="with -f: earlier lines shown first")
     p.set_defaults(func=cmd_logs)
     p = sub.add_parser("metrics", help="a job's training metrics")
     p.add_argument("id")

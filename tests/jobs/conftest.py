@@ -15,6 +15,7 @@ from apps.compute.models import Cluster
 from apps.jobs.models import Job
 from apps.jobs.states import TERMINAL
 from apps.jobs.tasks import control_pass
+from tests.conftest import background_loop
 
 
 def slurm_env() -> dict:
@@ -50,6 +51,13 @@ def slurm_cluster(transactional_db, settings):
             slurm("scancel", job_id.split("|")[0], check=False)
     for node in ("n1", "n2"):
         slurm("scontrol", "update", f"nodename={node}", "state=resume", check=False)
+
+
+@pytest.fixture
+def control_loop(slurm_cluster):
+    """Control passes every 0.5 s in a thread, as Celery beat runs them in production."""
+    with background_loop(control_pass, interval=0.5):
+        yield
 
 
 def drive(job_id, *, until: set[str] | None = None, timeout: float = 90, condition=None) -> Job:

@@ -5,35 +5,12 @@ way Celery beat runs them in production.
 """
 
 import json
-import threading
-import time
 
 import pytest
 import yaml
 
-from apps.jobs.tasks import control_pass
 from apps.tenancy.models import Role
 from tests.sdk.test_client_and_cli import run_cli
-from torus import Client
-
-
-@pytest.fixture
-def control_loop(slurm_cluster):
-    stop = threading.Event()
-
-    def loop():
-        from django.db import connection
-
-        while not stop.is_set():
-            control_pass()
-            stop.wait(0.5)
-        connection.close()
-
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
-    yield
-    stop.set()
-    thread.join(timeout=30)
 
 
 @pytest.fixture
@@ -76,29 +53,6 @@ def test_wait_exits_1_when_the_job_fails(env, acme, control_loop, tmp_path):
     done = run_cli("submit", str(spec), "--wait", "--poll", "0.3", env=env)
     assert done.returncode == 1
     assert "FAILED" in done.stdout and "exit code 7" in done.stdout
-
-
-def test_follow_and_cancel_through_the_sdk(live_server, acme, control_loop):
-    client = Client(url=live_server.url, token=acme.tokens[Role.MEMBER])
-    job = client.submit(
-        {
-            "project": str(acme.project.id),
-            "name": "ticker",
-            "command": ["bash", "-c", "for i in $(seq 1 60); do echo tick $i; sleep 0.2; done"],
-        }
-    )
-    deadline = time.monotonic() + 60
-    while client.job(job["id"])["state"] != "RUNNING":
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
-    seen = ""
-    for text in client.follow_logs(job["id"], poll=0.2):
-        seen += text
-        if "tick 3\n" in seen:
-            break
-    assert seen.startswith("tick 1\ntick 2\ntick 3\n")
-    client.cancel(job["id"])
-    assert client.wait(job["id"], timeout=60, poll=0.3)["state"] == "CANCELLED"
 
 
 def test_cli_refuses_bad_specs_with_a_message(env, tmp_path):

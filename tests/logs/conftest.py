@@ -37,3 +37,16 @@ def count(*, attempt=None, job=None, query: str | None = None) -> int:
         must.append({"match_phrase": {"message": query}})
     body = {"query": {"bool": {"filter": must}}}
     return client().count(index="torus-logs-*", **body)["count"]
+
+
+@pytest.fixture
+def shipper_loop(es):
+    """The log shipper making a pass every 0.1 s in a thread, as `manage.py run_shipper`."""
+    from apps.logs.shipper import ship_pass
+    from tests.conftest import background_loop
+
+    with background_loop(ship_pass, interval=0.1):
+        yield
+
+
+from tests.jobs.conftest import control_loop, slurm_cluster  # noqa: E402, F401  (fixtures)
