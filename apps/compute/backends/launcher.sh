@@ -15,7 +15,9 @@ else
   addr=$(scontrol show node "$first_node" -o | sed -n 's/.* NodeAddr=\([^ ]*\).*/\1/p')
   export MASTER_ADDR="${addr:-$first_node}"
 fi
-export MASTER_PORT="${TORUS_MASTER_PORT:-$((20000 + SLURM_JOB_ID % 20000))}"
+# 20000-31999: below Linux's ephemeral range (32768-60999), so no outgoing connection on the
+# node can hold the rendezvous port; jobs 12000 ids apart on one node would share it.
+export MASTER_PORT="${TORUS_MASTER_PORT:-$((20000 + SLURM_JOB_ID % 12000))}"
 export WORLD_SIZE=$((SLURM_NNODES * TORUS_TASKS_PER_NODE))
 
 # Run inside every task: rebuild the argv from base64 words (data, never evaluated), set the
