@@ -117,13 +117,22 @@ class JobAttempt(TenantModel):
     stderr_path = models.CharField(max_length=1024, blank=True, default="")
     gpu_seconds = models.FloatField(default=0)
     cpu_seconds = models.FloatField(default=0)
+    # both streams shipped to their end (apps/logs/shipper.py): the shipper looks no more
+    logs_shipped = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["job", "number"]
         constraints = [
             models.UniqueConstraint(fields=["job", "number"], name="uniq_attempt_number")
         ]
-        indexes = [models.Index(fields=["state"])]
+        indexes = [
+            models.Index(fields=["state"]),
+            models.Index(
+                fields=["created_at"],
+                condition=models.Q(logs_shipped=False),
+                name="attempt_logs_unshipped",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.job.name} #{self.number}"

@@ -1,4 +1,5 @@
-"""/ws/jobs/{id}/: a job's last lines, then its new lines, metrics and state changes.
+"""/ws/jobs/{id}/?tail=N&stream=stdout|stderr: a job's last N lines (default 200, at most
+2000; both streams unless one is named), then its new lines, metrics and state changes.
 
 Authenticated by session or token (see apps/tenancy/websocket_auth.py), authorised per job
 at the handshake (another tenant's job is refused before accept), Origin checked by the ASGI
@@ -30,6 +31,7 @@ from apps.tenancy.consumers import CLOSE_UNAUTHENTICATED
 
 CLOSE_NOT_FOUND = 4404
 DEFAULT_TAIL, MAX_TAIL = 200, 2000
+STREAMS = ("stdout", "stderr")
 
 
 @database_sync_to_async
@@ -38,14 +40,14 @@ def _visible_job(actor, job_id):
 
 
 @database_sync_to_async
-def _backlog(job, tail: int) -> dict:
+def _backlog(job, tail: int, stream: str | None) -> dict:
     job.refresh_from_db(fields=["state", "state_reason"])
     return {
         "type": "backlog",
         "state": job.state,
         "reason": job.state_reason,
         "streams": streams_complete(job=job),
-        "lines": last_lines(job=job, count=tail),
+        "lines": last_lines(job=job, count=tail, stream=stream),
     }
 
 
@@ -80,13 +82,19 @@ class JobLogConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=CLOSE_NOT_FOUND)
             return
         self.group = job_group(job.pk)
+        query = parse_qs(self.scope.get("query_string", b"").decode())
+        tail = (query.get("tail") or [""])[-1]
+        tail = min(int(tail), MAX_TAIL) if tail.isdigit() else DEFAULT_TAIL
+        self.stream = (query.get("stream") or [None])[-1]
+        if self.stream not in STREAMS:
+            self.stream = None  # both
         self.budget = LineBudget(settings.TORUS_LIVE_MAX_LINES_PER_SECOND)
         protocols = self.scope.get("subprotocols") or []
         await self.accept(subprotocol="torus" if "torus" in protocols else None)
         # subscribe first, then read: whatever is shipped meanwhile comes live (or twice,
         # with the same attempt/stream/offset), never not at all
         await self.channel_layer.group_add(self.group, self.channel_name)
-        await self.send_json(await _backlog(job, self._tail()))
+        await self.send_json(await _backlog(job, tail, self.stream))
 
     async def disconnect(self, code):
         if hasattr(self, "group"):
@@ -94,6 +102,8 @@ class JobLogConsumer(AsyncJsonWebsocketConsumer):
 
     async def log_lines(self, event):
         lines = event["lines"]
+        if self.stream:
+            lines = [line for line in lines if line["stream"] == self.stream]
         granted = self.budget.take(len(lines))
         if granted:
             await self.send_json({"type": "lines", "lines": lines[:granted]})
@@ -117,8 +127,3 @@ class JobLogConsumer(AsyncJsonWebsocketConsumer):
 
     async def job_state(self, event):
         await self.send_json({**event, "type": "state"})
-
-    def _tail(self) -> int:
-        raw = self.scope.get("query_string", b"").decode()
-        value = (parse_qs(raw).get("tail") or [""])[-1]
-        return min(int(value), MAX_TAIL) if value.isdigit() else DEFAULT_TAIL

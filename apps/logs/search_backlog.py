@@ -7,9 +7,10 @@ from apps.logs.es import client, index_pattern
 from apps.logs.models import LogCursor
 
 
-def last_lines(*, job, count: int) -> list[dict]:
-    """The job's last `count` lines. Refreshes first, so every batch Elasticsearch has
-    acknowledged is included: a viewer subscribed before this call misses nothing."""
+def last_lines(*, job, count: int, stream: str | None = None) -> list[dict]:
+    """The job's last `count` lines (of one stream, if given). Refreshes first, so every
+    batch Elasticsearch has acknowledged is included: a viewer subscribed before this call
+    misses nothing."""
     es, pattern = client(), index_pattern(job.tenant.slug)
     try:
         es.indices.refresh(index=pattern, ignore_unavailable=True, allow_no_indices=True)
@@ -22,6 +23,7 @@ def last_lines(*, job, count: int) -> list[dict]:
                     "filter": [
                         {"term": {"tenant": str(job.tenant_id)}},
                         {"term": {"job": str(job.pk)}},
+                        *([{"term": {"stream": stream}}] if stream else []),
                     ]
                 }
             },

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import IntegrityError, close_old_connections
 from django.utils import timezone
 from elasticsearch import ApiError, TransportError, helpers
 
@@ -38,12 +38,14 @@ class PassStats:
 
 
 def _active_attempts(*, shard: int, shards: int):
-    """Attempts whose output may still grow or is not fully shipped yet."""
+    """(attempt, stream) pairs whose output may still grow or is not fully shipped yet; a
+    partial index keeps this one short query however many attempts have finished."""
     recent = timezone.now() - timedelta(hours=settings.TORUS_SHIPPER_RECENT_HOURS)
-    attempts = (
-        JobAttempt.objects.exclude(stdout_path="")
-        .filter(created_at__gte=recent)
+    attempts = list(
+        JobAttempt.objects.filter(logs_shipped=False, created_at__gte=recent)
+        .exclude(stdout_path="")
         .select_related("job__tenant")
+        .order_by()
     )
     done = set(
         LogCursor.objects.filter(complete=True, attempt__in=attempts).values_list(
@@ -73,7 +75,7 @@ def ship_stream(attempt: JobAttempt, stream: str) -> int:
     except FileNotFoundError:
         if ended:
             LogCursor.objects.filter(pk=cursor.pk).update(complete=True)
-            publish_stream_end(job_id=attempt.job_id, attempt_number=attempt.number, stream=stream)
+            _stream_shipped(attempt, stream)
         return 0
     base, skipping = cursor.offset, cursor.skipping
     if skipping:  # the rest of an over-long line, already shipped truncated
@@ -98,8 +100,15 @@ def ship_stream(attempt: JobAttempt, stream: str) -> int:
     complete = final and consumed >= base + len(data) and not skipping
     _advance(cursor, offset=consumed, skipping=skipping, lines=len(found), complete=complete)
     if complete:
-        publish_stream_end(job_id=attempt.job_id, attempt_number=attempt.number, stream=stream)
+        _stream_shipped(attempt, stream)
     return len(found)
+
+
+def _stream_shipped(attempt: JobAttempt, stream: str) -> None:
+    """A stream is complete: tell live viewers; once both are, the shipper forgets the attempt."""
+    if LogCursor.objects.filter(attempt=attempt, complete=True).count() == len(STREAMS):
+        JobAttempt.objects.filter(pk=attempt.pk).update(logs_shipped=True)
+    publish_stream_end(job_id=attempt.job_id, attempt_number=attempt.number, stream=stream)
 
 
 def _bulk(attempt: JobAttempt, stream: str, found) -> None:
@@ -176,12 +185,20 @@ def _advance(
 def ship_pass(*, shard: int = 0, shards: int = 1) -> PassStats:
     stats = PassStats()
     for attempt, stream in _active_attempts(shard=shard, shards=shards):
-        for _ in range(settings.TORUS_SHIPPER_READS_PER_PASS):  # no stream starves the others
-            shipped = ship_stream(attempt, stream)
-            stats.documents += shipped
-            if shipped == 0:
-                break
-            attempt.refresh_from_db(fields=["state"])
+        try:
+            for _ in range(settings.TORUS_SHIPPER_READS_PER_PASS):  # no stream starves others
+                shipped = ship_stream(attempt, stream)
+                stats.documents += shipped
+                if shipped == 0:
+                    break
+                attempt.refresh_from_db(fields=["state"])
+        except (IntegrityError, JobAttempt.DoesNotExist):
+            # its job was deleted while we shipped it (its cursor or metric rows cannot be
+            # written): nothing is left to ship; anything else is a real error
+            if JobAttempt.objects.filter(pk=attempt.pk).exists():
+                raise
+            logger.info("attempt %s was deleted while its logs were shipped", attempt.pk)
+            continue
         stats.streams += 1
     return stats
 

@@ -122,6 +122,8 @@ async def test_state_changes_and_stream_ends_are_pushed(es, acme, running):
     assert [line["message"] for line in lines["lines"]] == ["last words"]
     ends = {(m["attempt"], m["stream"]) for m in [await _until(ws, "stream_end") for _ in "12"]}
     assert ends == {(1, "stdout"), (1, "stderr")}
+    shipped = await sync_to_async(JobAttempt.objects.get)(pk=attempt.pk)
+    assert shipped.logs_shipped  # the shipper's query no longer returns it
     await ws.disconnect()
     # a viewer arriving afterwards learns from the backlog that nothing more will come
     ws = WebsocketCommunicator(
