@@ -7,6 +7,8 @@ from apps.tenancy.models import AccessToken, Membership
 def actor_for_user(*, user, token: AccessToken | None = None) -> Actor:
     if user is None or not user.is_authenticated:
         return Actor(user=user)
+    if getattr(token, "member_role", None):  # read with the token (authentication.py)
+        return Actor(user=user, roles={token.tenant_id: token.member_role}, token=token)
     memberships = Membership.objects.filter(user=user)
     if token is not None:
         memberships = memberships.filter(tenant_id=token.tenant_id)

@@ -4,17 +4,20 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 
-from apps.tenancy.models import AccessToken, hash_token
+from apps.tenancy.models import AccessToken, Membership, hash_token
 from apps.tenancy.services import token_record_use
 
 
 def token_lookup(plaintext: str) -> AccessToken:
     """The active token for a plaintext value, or AuthenticationFailed with the reason."""
+    role = Membership.objects.filter(user=OuterRef("user"), tenant=OuterRef("tenant"))
     token = (
         AccessToken.objects.select_related("user", "tenant")
+        .annotate(member_role=Subquery(role.values("role")[:1]))
         .filter(token_hash=hash_token(plaintext))
         .first()
     )
@@ -24,7 +27,7 @@ def token_lookup(plaintext: str) -> AccessToken:
         raise exceptions.AuthenticationFailed("Token has been revoked.")
     if not token.is_active():
         raise exceptions.AuthenticationFailed("Token has expired.")
-    if not token.user.memberships.filter(tenant_id=token.tenant_id).exists():
+    if token.member_role is None:  # read with the token, in the same query
         raise exceptions.AuthenticationFailed("Token's user is no longer in its tenant.")
     return token
 
