@@ -142,6 +142,7 @@ TORUS_ELASTICSEARCH_URL = env_str("TORUS_ELASTICSEARCH_URL", "http://127.0.0.1:1
 TORUS_SHIPPER_INTERVAL = float(env_int("TORUS_SHIPPER_INTERVAL_MS", 100, minimum=10)) / 1000
 TORUS_SHIPPER_READ_BYTES = env_int("TORUS_SHIPPER_READ_BYTES", 1024 * 1024, minimum=65536)
 TORUS_SHIPPER_READS_PER_PASS = env_int("TORUS_SHIPPER_READS_PER_PASS", 8, minimum=1)
+TORUS_SHIPPER_BULK_DOCS = env_int("TORUS_SHIPPER_BULK_DOCS", 2000, minimum=1)
 TORUS_SHIPPER_RECENT_HOURS = env_int("TORUS_SHIPPER_RECENT_HOURS", 72, minimum=1)
 TORUS_LOG_MAX_LINE = env_int("TORUS_LOG_MAX_LINE", 16 * 1024, minimum=256)
 # Live tail: lines per second one websocket viewer receives at most (beyond: a "skipped" notice).

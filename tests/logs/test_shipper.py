@@ -129,11 +129,13 @@ def test_killing_the_shipper_at_random_points_loses_and_doubles_nothing(es, atte
     rng = random.Random(7)
     write(attempt, b"".join(b"step %d loss %.4f\n" % (i, 1 / (i + 1)) for i in range(total)))
     finish(attempt)
+    # one 64 KiB read a pass: 2.3 MB take longer than the three runs (<= 12 s) on any machine
+    env = {**_shipper_env(), "TORUS_SHIPPER_READS_PER_PASS": "1"}
     for _ in range(3):
         shipper = subprocess.Popen(
             [sys.executable, "manage.py", "run_shipper"],
             cwd=ROOT,
-            env=_shipper_env(),
+            env=env,
             start_new_session=True,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -199,6 +201,40 @@ def test_elasticsearch_down_for_a_minute_loses_nothing(es, attempt):
     assert offset_during == len(b"".join(b"before %d\n" % n for n in range(20_000)))
     assert count(attempt=attempt) == 20_000 + i
     assert max(rss) - min(rss) < 50 * 1024, rss  # memory stays bounded while it waits
+
+
+def test_documents_elasticsearch_refuses_are_sent_again_never_skipped(es, attempt, settings):
+    from elasticsearch import helpers
+
+    settings.TORUS_SHIPPER_BULK_DOCS = 2  # several requests per read, one sender thread
+    write(attempt, b"2026-11-29T10:00:00Z first\n")
+    ship_pass()
+    index = "torus-logs-acme-2026.11.29"
+    write(attempt, b"".join(b"2026-11-29T10:00:%02dZ line %d\n" % (i, i) for i in range(1, 8)))
+    es.indices.put_settings(index=index, settings={"index.blocks.write": True})
+    try:
+        with pytest.raises(helpers.BulkIndexError):
+            ship_pass()
+    finally:
+        es.indices.put_settings(index=index, settings={"index.blocks.write": False})
+    assert LogCursor.objects.get(attempt=attempt, stream="stdout").lines == 1
+    ship_pass()
+    assert count(attempt=attempt) == 8
+    assert LogCursor.objects.get(attempt=attempt, stream="stdout").lines == 8
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_deleted_while_its_logs_ship_does_not_stop_the_shipper(es, attempt, monkeypatch):
+    import apps.logs.shipper as shipper
+
+    write(attempt, b"torus-metric step=1 loss=0.5\nline\n")
+    held = JobAttempt.objects.select_related("job__tenant").get(pk=attempt.pk)
+    attempt.job.delete()  # the pass still holds the attempt it read before
+    monkeypatch.setattr(
+        shipper, "_active_attempts", lambda **_: iter([(held, "stdout"), (held, "stderr")])
+    )
+    assert ship_pass().streams == 0  # no IntegrityError out of the pass
+    assert not LogCursor.objects.filter(attempt_id=attempt.pk).exists()
 
 
 def test_retention_deletes_only_a_tenants_expired_days(es, acme, globex):
