@@ -1,6 +1,7 @@
 """Installing the index template, and deleting a tenant's indices past their retention."""
 
 import json
+import re
 from datetime import timedelta
 from pathlib import Path
 
@@ -23,7 +24,11 @@ def retention_apply(*, tenant_slug: str, days: int) -> list[str]:
     names = client().indices.get(
         index=index_pattern(tenant_slug), allow_no_indices=True, ignore_unavailable=True
     )
-    expired = [name for name in names if name.rsplit("-", 1)[-1] < cutoff]
+    # the pattern also reaches tenants whose slug extends this one (acme -> acme-labs):
+    # only names that are exactly this tenant's prefix and a day are this tenant's
+    own = re.compile(rf"{re.escape(index_pattern(tenant_slug)[:-1])}(\d{{4}}\.\d{{2}}\.\d{{2}})")
+    days = {name: match.group(1) for name in names if (match := own.fullmatch(name))}
+    expired = [name for name, day in days.items() if day < cutoff]
     for name in expired:
         client().indices.delete(index=name)
     return expired

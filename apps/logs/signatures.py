@@ -4,12 +4,16 @@ Runs once per failed attempt, after both of its streams are fully shipped: one E
 request per attempt (a `filters` aggregation, one filter per signature of the tenant).
 """
 
-from django.db.models import Count
+from datetime import timedelta
+
+from django.conf import settings
+from django.db.models import Exists, OuterRef
+from django.utils import timezone
 from elasticsearch import ApiError, TransportError
 
 from apps.jobs.models import AttemptState, JobAttempt
 from apps.logs.es import client, index_pattern
-from apps.logs.models import FailureSignature, LogCursor, SignatureMatch, SignatureScan
+from apps.logs.models import FailureSignature, SignatureMatch, SignatureScan
 
 FAILED = [
     AttemptState.FAILED,
@@ -21,18 +25,15 @@ FAILED = [
 
 
 def attempts_to_scan(limit: int = 200):
-    """Failed attempts, fully shipped, not scanned yet."""
-    shipped = (  # both streams fully shipped
-        LogCursor.objects.filter(complete=True)
-        .values("attempt_id")
-        .annotate(streams=Count("id"))
-        .filter(streams=2)
-        .values("attempt_id")
-    )
+    """Failed attempts of the shipper's window, fully shipped, not scanned yet (an indexed
+    query: it runs after every shipper pass)."""
+    recent = timezone.now() - timedelta(hours=settings.TORUS_SHIPPER_RECENT_HOURS)
+    scanned = SignatureScan.objects.filter(attempt_id=OuterRef("pk"))
     return (
-        JobAttempt.objects.filter(state__in=FAILED, pk__in=shipped)
-        .exclude(pk__in=SignatureScan.objects.values("attempt_id"))
-        .select_related("job__tenant")[:limit]
+        JobAttempt.objects.filter(state__in=FAILED, logs_shipped=True, created_at__gte=recent)
+        .exclude(Exists(scanned))
+        .select_related("job__tenant")
+        .order_by()[:limit]
     )
 
 

@@ -247,6 +247,8 @@ def test_retention_deletes_only_a_tenants_expired_days(es, acme, globex):
         "old": f"torus-logs-acme-{today - timedelta(days=40):%Y.%m.%d}",
         "recent": f"torus-logs-acme-{today - timedelta(days=5):%Y.%m.%d}",
         "other": f"torus-logs-globex-{today - timedelta(days=40):%Y.%m.%d}",
+        # another tenant whose slug extends acme's: acme's pattern reaches it, its days stay
+        "longer_slug": f"torus-logs-acme-labs-{today - timedelta(days=40):%Y.%m.%d}",
     }
     for name in names.values():
         es.indices.create(index=name)
@@ -257,3 +259,5 @@ def test_retention_deletes_only_a_tenants_expired_days(es, acme, globex):
     assert apply_retention() == 1
     assert not es.indices.exists(index=names["old"])
     assert es.indices.exists(index=names["recent"]) and es.indices.exists(index=names["other"])
+    assert es.indices.exists(index=names["longer_slug"])
+    es.indices.delete(index=names["longer_slug"])
