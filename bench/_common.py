@@ -8,6 +8,7 @@ given by TORUS_REDIS_DB_BASE (default 4: a running platform uses 0-2 and the tes
 import contextlib
 import http.client
 import os
+import shutil
 import signal
 import socket
 import statistics
@@ -201,4 +202,71 @@ def environment() -> dict:
         "cpus": os.cpu_count(),
         "loadavg": [round(x, 2) for x in os.getloadavg()],
         "pg_select1_ms_p50": round(statistics.median(took), 3),
+    }
+
+
+def finish(name: str, result: dict | None, *, logdir: Path, keep_logs: bool) -> int:
+    """The end of every benchmark: keep or remove its logs, print its JSON line, exit code."""
+    import json
+    import shutil
+
+    if keep_logs:
+        log(name, f"logs kept in {logdir}")
+    else:
+        shutil.rmtree(logdir, ignore_errors=True)
+    if result is None:
+        return 1
+    print(json.dumps(result))
+    return 0
+
+
+# -- py-spy (optional; `pip install --target /tmp/bench-pyspy py-spy`) ----------------------
+
+
+def pyspy_path() -> str | None:
+    local = "/tmp/bench-pyspy/bin/py-spy"  # noqa: S108 (pip install --target /tmp/bench-pyspy)
+    return shutil.which("py-spy") or (local if os.access(local, os.X_OK) else None)
+
+
+def pyspy_start(pid: int, out: Path, *, rate: int = 200, subprocesses: bool = True):
+    """py-spy recording `pid` (raw folded stacks into `out`), or None without py-spy."""
+    exe = pyspy_path()
+    if not exe:
+        return None
+    argv = [exe, "record", "--format", "raw", "--rate", str(rate), "--pid", str(pid)]
+    argv += ["--output", str(out), *(["--subprocesses"] if subprocesses else [])]
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # noqa: S603
+
+
+def pyspy_stop(proc) -> None:
+    if proc is not None:
+        proc.send_signal(signal.SIGINT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=30)
+
+
+def pyspy_summary(path: Path, markers: list[tuple[str, str]]) -> dict:
+    """Share of the samples whose stack holds each (marker, label), inclusive, and the top
+    leaf frames."""
+    if not path.is_file():
+        return {}
+    total, hits, leaves = 0, {label: 0 for _, label in markers}, {}
+    for line in path.read_text(errors="replace").splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        total += int(count)
+        frames = stack.replace(";", " ") + " "
+        for marker, label in markers:
+            if marker in frames:
+                hits[label] += int(count)
+        leaf = stack.rsplit(";", 1)[-1]
+        leaves[leaf] = leaves.get(leaf, 0) + int(count)
+    if not total:
+        return {}
+    top = sorted(leaves.items(), key=lambda kv: -kv[1])[:15]
+    return {
+        "samples": total,
+        "percent": {k: round(100 * v / total, 1) for k, v in hits.items() if v},
+        "top_leaves_percent": {k: round(100 * v / total, 1) for k, v in top},
     }

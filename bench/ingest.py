@@ -41,8 +41,13 @@ from _common import (
     django_setup,
     ensure_tenant,
     environment,
+    finish,
     manage,
     process_cpu_seconds,
+    pyspy_path,
+    pyspy_start,
+    pyspy_stop,
+    pyspy_summary,
     stop_all,
 )
 from _common import log as _log
@@ -554,7 +559,7 @@ def torus_phase(label, ctx, paths, empty, job_id, attempts, n, logdir, hours, sp
         cursor_s = time.perf_counter() - started
     finally:
         if sampler is not None:
-            spy_stop(sampler)
+            pyspy_stop(sampler)
         proc.stop()
     result = _figures(n, seconds, cpu, services)
     result.update(idle)
@@ -679,11 +684,6 @@ def _instant(text):
 # -- py-spy (optional) ----------------------------------------------------------------------------
 
 
-def pyspy_path() -> str | None:
-    local = "/tmp/bench-pyspy/bin/py-spy"  # noqa: S108 (pip install --target /tmp/bench-pyspy)
-    return shutil.which("py-spy") or (local if os.access(local, os.X_OK) else None)
-
-
 def spy_starter(out: Path):
     exe = pyspy_path()
     if not exe:
@@ -691,17 +691,9 @@ def spy_starter(out: Path):
         return None
 
     def start(pid: int):
-        argv = [exe, "record", "--format", "raw", "--rate", "100", "--pid", str(pid)]
-        argv += ["--output", str(out)]
-        return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # noqa: S603
+        return pyspy_start(pid, out, rate=100, subprocesses=False)
 
     return start
-
-
-def spy_stop(proc) -> None:
-    proc.send_signal(signal.SIGINT)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=30)
 
 
 MARKERS = [
@@ -726,32 +718,6 @@ MARKERS = [
     ("perform_request ", "HTTP to Elasticsearch (all)"),
     ("execute ", "SQL (all)"),
 ]
-
-
-def pyspy_summary(path: Path) -> dict:
-    """Share of the samples whose stack contains each marker (inclusive), and the top leaves."""
-    if not path.is_file():
-        return {}
-    total, hits, leaves = 0, {label: 0 for _, label in MARKERS}, {}
-    for line in path.read_text(errors="replace").splitlines():
-        stack, _, count = line.rpartition(" ")
-        if not count.isdigit():
-            continue
-        total += int(count)
-        frames = stack.replace(";", " ") + " "
-        for marker, label in MARKERS:
-            if marker in frames:
-                hits[label] += int(count)
-        leaf = stack.rsplit(";", 1)[-1]
-        leaves[leaf] = leaves.get(leaf, 0) + int(count)
-    if not total:
-        return {}
-    top = sorted(leaves.items(), key=lambda kv: -kv[1])[:15]
-    return {
-        "samples": total,
-        "percent": {k: round(100 * v / total, 1) for k, v in hits.items() if v},
-        "top_leaves_percent": {k: round(100 * v / total, 1) for k, v in top},
-    }
 
 
 # -- main -----------------------------------------------------------------------------------------
@@ -889,7 +855,7 @@ def main() -> int:
                     hours,
                     spy=starter,
                 )
-                spied["profile"] = pyspy_summary(logdir / "pyspy-shipper.txt")
+                spied["profile"] = pyspy_summary(logdir / "pyspy-shipper.txt", MARKERS)
                 log(f"py-spy: {json.dumps(spied['profile'])}")
                 delete_indices(f"torus-logs-{TENANT_SLUG}-*")
                 drop_bench_jobs(ctx)
@@ -990,14 +956,7 @@ def main() -> int:
         stop_all()
         with contextlib.suppress(Exception):
             sweep_leftovers(ctx)
-        if args.keep_logs:
-            log(f"logs kept in {logdir}")
-        else:
-            shutil.rmtree(logdir, ignore_errors=True)
-    if result is None:
-        return 1
-    print(json.dumps(result))
-    return 0
+    return finish("ingest", result, logdir=logdir, keep_logs=args.keep_logs)
 
 
 if __name__ == "__main__":

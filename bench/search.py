@@ -20,7 +20,6 @@ import json
 import math
 import random
 import re
-import shutil
 import signal
 import sys
 import tempfile
@@ -34,6 +33,7 @@ from _common import (
     django_setup,
     ensure_tenant,
     environment,
+    finish,
     manage,
     percentiles,
     start_web,
@@ -1110,14 +1110,7 @@ def main() -> int:
         if args.drop and es is not None:
             with contextlib.suppress(Exception):
                 log(f"deleted {len(drop_indices(es))} bench indices (--drop)")
-        if args.keep_logs:
-            log(f"logs kept in {logdir}")
-        else:
-            shutil.rmtree(logdir, ignore_errors=True)
-    if result is None:
-        return 1
-    print(json.dumps(result))
-    return 0
+    return finish("search", result, logdir=logdir, keep_logs=args.keep_logs)
 
 
 if __name__ == "__main__":

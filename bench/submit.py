@@ -38,8 +38,12 @@ from _common import (
     django_setup,
     ensure_tenant,
     environment,
+    finish,
     manage,
     percentiles,
+    pyspy_start,
+    pyspy_stop,
+    pyspy_summary,
     start_web,
     stop_all,
 )
@@ -676,27 +680,6 @@ def profile_requests(ctx, k: int) -> dict:
 # -- py-spy (optional) ---------------------------------------------------------------------------
 
 
-def pyspy_path() -> str | None:
-    local = "/tmp/bench-pyspy/bin/py-spy"  # noqa: S108 (pip install --target /tmp/bench-pyspy)
-    return shutil.which("py-spy") or (local if os.access(local, os.X_OK) else None)
-
-
-def pyspy_start(pid: int, out: Path):
-    exe = pyspy_path()
-    if not exe:
-        return None
-    argv = [exe, "record", "--format", "raw", "--rate", "200", "--subprocesses"]
-    argv += ["--pid", str(pid), "--output", str(out)]
-    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # noqa: S603
-
-
-def pyspy_stop(proc) -> None:
-    if proc is not None:
-        proc.send_signal(signal.SIGINT)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=30)
-
-
 MARKERS = [
     ("token_lookup", "auth: token_lookup"),
     ("allow_request", "throttle"),
@@ -720,27 +703,6 @@ MARKERS = [
     ("mark_submitted ", "dispatch: mark_submitted"),
     ("delay ", "celery delay (publish)"),
 ]
-
-
-def pyspy_summary(path: Path) -> dict:
-    """Share of busy samples whose stack contains each marker (inclusive)."""
-    if not path.is_file():
-        return {}
-    total, hits = 0, {label: 0 for _, label in MARKERS}
-    for line in path.read_text(errors="replace").splitlines():
-        stack, _, count = line.rpartition(" ")
-        if not count.isdigit():
-            continue
-        total += int(count)
-        for marker, label in MARKERS:
-            if marker in stack.replace(";", " ") + " ":
-                hits[label] += int(count)
-    if not total:
-        return {}
-    return {
-        "samples": total,
-        "percent": {k: round(100 * v / total, 1) for k, v in hits.items() if v},
-    }
 
 
 # -- main ------------------------------------------------------------------------------------------
@@ -894,8 +856,8 @@ def main() -> int:
         if args.py_spy:
             metrics["py_spy"] = {
                 "run_seconds": spied["seconds"] if spied else None,
-                "web": pyspy_summary(logdir / "pyspy-web.txt"),
-                "worker": pyspy_summary(logdir / "pyspy-worker.txt"),
+                "web": pyspy_summary(logdir / "pyspy-web.txt", MARKERS),
+                "worker": pyspy_summary(logdir / "pyspy-worker.txt", MARKERS),
             }
         peers = {
             "sbatch_loop_seconds": sb["seconds"],
@@ -942,14 +904,7 @@ def main() -> int:
             with contextlib.suppress(Exception):
                 drop_task_results()
         sweep_leftovers()
-        if args.keep_logs:
-            log(f"logs kept in {logdir}")
-        else:
-            shutil.rmtree(logdir, ignore_errors=True)
-    if result is None:
-        return 1
-    print(json.dumps(result))
-    return 0
+    return finish("submit", result, logdir=logdir, keep_logs=args.keep_logs)
 
 
 if __name__ == "__main__":
