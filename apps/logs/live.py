@@ -4,8 +4,9 @@ PostgreSQL, so a Redis outage is logged and never fails the caller."""
 
 import asyncio
 import logging
+import os
+import threading
 
-from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
 logger = logging.getLogger(__name__)
@@ -18,17 +19,41 @@ def job_group(job_id) -> str:
     return f"job-{job_id}"
 
 
+_publisher: dict = {}  # this process's event loop for publishing, and its pid
+_publisher_lock = threading.Lock()
+
+
+def _publisher_loop() -> asyncio.AbstractEventLoop:
+    """One event loop per process, in a daemon thread, kept for every publish: its Redis
+    connections stay open (async_to_sync made a new loop, and connection, per call)."""
+    with _publisher_lock:
+        if _publisher.get("pid") != os.getpid():  # first use, or a forked child
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="live-publish", daemon=True).start()
+            _publisher.update(pid=os.getpid(), loop=loop)
+        return _publisher["loop"]
+
+
 def _send(messages: list[tuple[str, dict]]) -> None:
-    """group_send every (group, message) in one trip through the event loop."""
+    """group_send every (group, message) in one trip through the publishing loop: groups in
+    parallel, each group's messages in order."""
     layer = get_channel_layer()
     if layer is None or not messages:
         return
 
+    by_group: dict[str, list[dict]] = {}
+    for group, message in messages:
+        by_group.setdefault(group, []).append(message)
+
+    async def send_in_order(group: str, batch: list[dict]):
+        for message in batch:  # a group's messages arrive in the order they were made
+            await layer.group_send(group, message)
+
     async def send_all():
-        await asyncio.gather(*(layer.group_send(group, msg) for group, msg in messages))
+        await asyncio.gather(*(send_in_order(g, batch) for g, batch in by_group.items()))
 
     try:
-        async_to_sync(send_all)()
+        asyncio.run_coroutine_threadsafe(send_all(), _publisher_loop()).result(timeout=10)
     except Exception as exc:  # a Redis outage must not stop the caller
         logger.warning("live publish to %d group(s) failed: %s", len(messages), exc)
 

@@ -1,6 +1,8 @@
 """/ws/jobs/{id}/: backlog then live batches over the real Redis channel layer; refused for
 another tenant's job and for anonymous callers at the handshake."""
 
+import time
+
 import pytest
 from channels.testing import WebsocketCommunicator
 
@@ -149,6 +151,7 @@ async def test_a_flood_is_bounded_per_viewer_and_the_rest_is_counted(es, acme, r
     await ws.receive_json_from(timeout=5)
     with open(attempt.stdout_path, "w") as handle:
         handle.write("".join(f"flood {i}\n" for i in range(1500)))
+    started = time.monotonic()
     await sync_to_async(ship_pass)()
     shown, skipped, first_skipped = [], 0, None
     while len(shown) + skipped < 1500:
@@ -159,7 +162,8 @@ async def test_a_flood_is_bounded_per_viewer_and_the_rest_is_counted(es, acme, r
             skipped += message["count"]
             first_skipped = first_skipped or message["first"]
     assert shown == [f"flood {i}" for i in range(len(shown))]
-    assert 100 <= len(shown) < 200 and len(shown) + skipped == 1500
+    refill = 100 * (time.monotonic() - started)  # the budget refills while it runs
+    assert 100 <= len(shown) <= 100 + refill + 1 and len(shown) + skipped == 1500
     assert first_skipped["offset"] == len("".join(f"flood {i}\n" for i in range(100)))
     assert await sync_to_async(count)(job=job) == 1500  # only the live view was bounded
     await ws.disconnect()
