@@ -32,6 +32,7 @@ from _common import (
     django_setup,
     ensure_tenant,
     environment,
+    finish,
     manage,
     percentiles,
     process_cpu_seconds,
@@ -232,7 +233,8 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="10 s per rate instead of 30 s")
     parser.add_argument("--seconds", type=float, help="seconds of writing per rate")
     parser.add_argument("--rates", default="100,2000", help="lines per second, comma-separated")
-    args = parser.parse_args()
+    parser.add_argument("--keep-logs", action="store_true", help="keep the web/shipper logs")
+    args, _ = parser.parse_known_args()  # make bench passes every benchmark the same options
     seconds = args.seconds or (10.0 if args.quick else 30.0)
     rates = [int(r) for r in args.rates.split(",")]
     if others := other_shippers():
@@ -240,8 +242,7 @@ def main() -> int:
         return 2
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     workdir = Path(tempfile.mkdtemp(prefix="torus-live-"))
-    logdir = workdir / "logs"
-    logdir.mkdir()
+    logdir = Path(tempfile.mkdtemp(prefix="torus-live-logs-"))
     try:
         manage("migrate", "--noinput", "--verbosity", "0")
         django_setup()
@@ -277,11 +278,10 @@ def main() -> int:
                 ratios[f"rate_{rate}_{q}_torus_vs_tail"] = round(
                     m["torus_latency_ms"][q] / max(m["tail_latency_ms"][q], 0.01), 1
                 )
-    print(
-        json.dumps({"benchmark": "live_tail", "metrics": metrics, "peers": peers, "ratios": ratios})
-    )
-    failed = [r for r in rates if metrics[f"rate_{r}"]["torus_missing"]]
-    return 1 if failed else 0
+    missing = sum(metrics[f"rate_{r}"]["torus_missing"] for r in rates)
+    result = {"benchmark": "live_tail", "metrics": metrics, "peers": peers, "ratios": ratios}
+    code = finish("live_tail", result, logdir=logdir, keep_logs=args.keep_logs)
+    return code or (1 if missing else 0)
 
 
 if __name__ == "__main__":
