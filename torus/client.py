@@ -3,6 +3,7 @@
 import time
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote, urlencode
 
 import httpx
 
@@ -161,7 +162,8 @@ class Client:
         lines first, then batches of new lines, metric points, state changes, stream ends.
         `stream`: only stdout's or stderr's lines (default both)."""
         self.job(job_id)  # a clear 404 or 401 first: a refused handshake cannot say why
-        path = f"/ws/jobs/{job_id}/?tail={int(tail)}" + (f"&stream={stream}" if stream else "")
+        query = urlencode({"tail": int(tail), **({"stream": stream} if stream else {})})
+        path = f"/ws/jobs/{quote(job_id, safe='')}/?{query}"
         return messages(self.url, path, token=self._token, heartbeat=heartbeat)
 
     def follow_logs(
