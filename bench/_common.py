@@ -270,3 +270,44 @@ def pyspy_summary(path: Path, markers: list[tuple[str, str]]) -> dict:
         "percent": {k: round(100 * v / total, 1) for k, v in hits.items() if v},
         "top_leaves_percent": {k: round(100 * v / total, 1) for k, v in top},
     }
+
+
+class SectionTimer:
+    """In-process profile of a request path: `timed(name, fn)` wraps a function so its time
+    adds to `totals[name]` (inclusive); `sql_wrapper` (for connection.execute_wrapper) counts
+    SQL statements and time under the innermost timed section, and by statement."""
+
+    def __init__(self, outer: str = "request (rest)"):
+        self.totals: dict[str, float] = {}
+        self.sql: dict[str, list] = {}
+        self.statements: dict[str, list] = {}
+        self.stack: list[str] = [outer]
+
+    def timed(self, name: str, fn):
+        def wrapper(*args, **kwargs):
+            self.stack.append(name)
+            started = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.totals[name] = self.totals.get(name, 0.0) + time.perf_counter() - started
+                self.stack.pop()
+
+        return wrapper
+
+    def sql_wrapper(self, execute, query, params, many, context):
+        import re
+
+        started = time.perf_counter()
+        try:
+            return execute(query, params, many, context)
+        finally:
+            took = time.perf_counter() - started
+            where = re.sub(r"SELECT .*? FROM", "SELECT ... FROM", " ".join(query.split()))[:110]
+            for table, key in (
+                (self.sql, self.stack[-1]),
+                (self.statements, f"{self.stack[-1]}: {where}"),
+            ):
+                entry = table.setdefault(key, [0, 0.0])
+                entry[0] += 1
+                entry[1] += took

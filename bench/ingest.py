@@ -870,35 +870,19 @@ def main() -> int:
             values = [r[key] for r in runs if r.get(key) is not None]
             return round(statistics.median(values), 2) if values else None
 
-        torus = {
-            key: median(torus_runs, key)
-            for key in (
-                "lines_per_second",
-                "cpu_seconds_per_million_lines",
-                "wall_s",
-                "cpu_s",
-                "es_cpu_s",
-                "es_cpu_seconds_per_million_lines",
-                "pg_cpu_s",
-                "redis_cpu_s",
-                "net_of_idle_cpu_s",
-                "idle_cpu_per_s",
-                "startup_cpu_s",
-            )
-        }
-        rsys = {
-            key: median(rs_runs, key)
-            for key in (
-                "lines_per_second",
-                "cpu_seconds_per_million_lines",
-                "wall_s",
-                "cpu_s",
-                "es_cpu_s",
-                "es_cpu_seconds_per_million_lines",
-                "pg_cpu_s",
-                "redis_cpu_s",
-            )
-        }
+        both = (
+            "lines_per_second",
+            "cpu_seconds_per_million_lines",
+            "wall_s",
+            "cpu_s",
+            "es_cpu_s",
+            "es_cpu_seconds_per_million_lines",
+            "pg_cpu_s",
+            "redis_cpu_s",
+        )
+        shipper_only = ("net_of_idle_cpu_s", "idle_cpu_per_s", "startup_cpu_s")
+        torus = {key: median(torus_runs, key) for key in both + shipper_only}
+        rsys = {key: median(rs_runs, key) for key in both}
         metrics.update(
             {
                 "torus_lines_per_second": torus["lines_per_second"],

@@ -30,6 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
+    SectionTimer,
     django_setup,
     ensure_tenant,
     environment,
@@ -809,31 +810,9 @@ def profile_requests(token: str, queries: dict, k: int) -> dict:
     import apps.tenancy.authentication as authentication
     from apps.core.api.throttling import PrincipalRateThrottle
 
-    totals: dict[str, float] = {}
-    sql: dict[str, list] = {}
-    stack: list[str] = ["request (rest)"]
+    timer = SectionTimer()
+    totals, sql, timed, sql_wrapper = timer.totals, timer.sql, timer.timed, timer.sql_wrapper
     es_took = []
-
-    def timed(name, fn):
-        def wrapper(*args, **kwargs):
-            stack.append(name)
-            started = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                totals[name] = totals.get(name, 0.0) + time.perf_counter() - started
-                stack.pop()
-
-        return wrapper
-
-    def sql_wrapper(execute, query, params, many, context):
-        started = time.perf_counter()
-        try:
-            return execute(query, params, many, context)
-        finally:
-            entry = sql.setdefault(stack[-1], [0, 0.0])
-            entry[0] += 1
-            entry[1] += time.perf_counter() - started
 
     def search_recording(indices, body):
         result = original_search(indices, body)

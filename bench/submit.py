@@ -35,6 +35,7 @@ from _common import (
     ENV,
     VAR,
     Proc,
+    SectionTimer,
     django_setup,
     ensure_tenant,
     environment,
@@ -575,38 +576,9 @@ def profile_requests(ctx, k: int) -> dict:
     import apps.tenancy.authentication as authentication
     from apps.core.api.throttling import PrincipalRateThrottle
 
-    totals: dict[str, float] = {}
-    sql: dict[str, list] = {}
-    stack: list[str] = ["request (rest)"]
-
-    def timed(name, fn):
-        def wrapper(*args, **kwargs):
-            stack.append(name)
-            started = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                totals[name] = totals.get(name, 0.0) + time.perf_counter() - started
-                stack.pop()
-
-        return wrapper
-
-    statements: dict[str, list] = {}
-
-    def sql_wrapper(execute, query, params, many, context):
-        started = time.perf_counter()
-        try:
-            return execute(query, params, many, context)
-        finally:
-            took = time.perf_counter() - started
-            entry = sql.setdefault(stack[-1], [0, 0.0])
-            entry[0] += 1
-            entry[1] += took
-            where = " ".join(query.split())
-            where = re.sub(r"SELECT .*? FROM", "SELECT ... FROM", where)[:110]
-            entry = statements.setdefault(f"{stack[-1]}: {where}", [0, 0.0])
-            entry[0] += 1
-            entry[1] += took
+    timer = SectionTimer()
+    totals, sql, statements = timer.totals, timer.sql, timer.statements
+    timed, sql_wrapper = timer.timed, timer.sql_wrapper
 
     patches = [
         (authentication, "token_lookup"),
