@@ -14,10 +14,10 @@ from apps.tenancy.services import token_record_use
 
 def token_lookup(plaintext: str) -> AccessToken:
     """The active token for a plaintext value, or AuthenticationFailed with the reason."""
-    role = Membership.objects.filter(user=OuterRef("user"), tenant=OuterRef("tenant"))
+    role = Membership.objects.filter(user_id=OuterRef("user_id"), tenant_id=OuterRef("tenant_id"))
     token = (
         AccessToken.objects.select_related("user", "tenant")
-        .annotate(member_role=Subquery(role.values("role")[:1]))
+        .annotate(member_role=Subquery(role.order_by().values("role")[:1]))
         .filter(token_hash=hash_token(plaintext))
         .first()
     )
