@@ -69,5 +69,8 @@ def env_database(name: str, default: str) -> dict:
         # outlive a request, and opening one per request costs more than the request itself.
         "CONN_MAX_AGE": 0,
         "OPTIONS": {"pool": {"min_size": 2, "max_size": 20, "timeout": 30}},
-        "TEST": {"NAME": f"test_{unquote(url.path.lstrip('/'))}"},
+        # Several checkouts (or developers) on one server keep their test databases apart.
+        "TEST": {
+            "NAME": env_str("TORUS_TEST_DATABASE_NAME", f"test_{unquote(url.path.lstrip('/'))}")
+        },
     }
