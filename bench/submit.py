@@ -570,9 +570,9 @@ def profile_requests(ctx, k: int) -> dict:
     from django.db import connection
     from rest_framework.test import APIClient
 
+    import apps.jobs.admission as admission
     import apps.jobs.api.views as views
     import apps.jobs.services as job_services
-    import apps.quotas.admission as admission
     import apps.tenancy.authentication as authentication
     from apps.core.api.throttling import PrincipalRateThrottle
 

@@ -18,6 +18,7 @@ from apps.compute.backends.base import BackendJob, ClusterUnavailable
 from apps.compute.models import Cluster
 from apps.compute.services import inventory_store
 from apps.jobs import paths
+from apps.jobs.admission import admit_tenant
 from apps.jobs.models import ATTEMPT_ENDED, AttemptState, Job, JobAttempt
 from apps.jobs.states import State
 from apps.quotas.services import usage_record
@@ -107,8 +108,6 @@ def reconcile_cluster(*, cluster_id) -> dict:
         healthy=True, last_error="", last_reconciled_at=timezone.now()
     )
     for tenant_id in tenants_with_room:
-        from apps.quotas.admission import admit_tenant
-
         admit_tenant(tenant_id=tenant_id)
     return stats
 

@@ -97,7 +97,7 @@ def job_submit_many(*, actor: Actor, items: list[tuple[Project, dict]]) -> list[
     The jobs are committed PENDING first; admission runs in its own short transaction, so
     the tenant's admission lock is never held while rows are written.
     """
-    from apps.quotas.admission import admit_tenant
+    from apps.jobs.admission import admit_tenant  # admission imports this module
 
     for project in {project.pk: project for project, _ in items}.values():
         _require_project_access(actor=actor, project=project)
@@ -240,7 +240,7 @@ def job_cancel(*, actor: Actor, job: Job) -> Job:
 
 def job_restart(*, actor: Actor, job: Job) -> Job:
     """Run a finished job again (from its latest checkpoint), through admission."""
-    from apps.quotas.admission import admit_tenant
+    from apps.jobs.admission import admit_tenant  # admission imports this module
 
     _authorize_job_action(actor=actor, job=job)
     with transaction.atomic():

@@ -9,6 +9,7 @@ from apps.compute.backends import for_cluster
 from apps.compute.backends.base import ClusterUnavailable
 from apps.compute.models import Cluster
 from apps.jobs import dispatch, reconcile
+from apps.jobs.admission import admit_tenant
 from apps.jobs.models import ATTEMPT_ENDED, Job
 from apps.jobs.states import TERMINAL, State
 from apps.tenancy.models import Tenant
@@ -63,8 +64,6 @@ def reconcile_cluster(cluster_id: str) -> dict:
 @shared_task(name="jobs.control_pass")
 def control_pass() -> None:
     """The periodic backstop: reconcile and dispatch every cluster, admit every tenant."""
-    from apps.quotas.admission import admit_tenant
-
     for cluster_id in Cluster.objects.values_list("pk", flat=True):
         reconcile_cluster(str(cluster_id))
         dispatch_cluster(str(cluster_id))

@@ -7,7 +7,7 @@ from django.db.models import Count, Sum
 from django.utils import timezone
 
 from apps.core.actor import Actor
-from apps.quotas.models import UsageRecord
+from apps.quotas.models import Quota, UsageRecord
 
 GROUPS = {
     "tenant": ["tenant__slug"],
@@ -60,3 +60,30 @@ def usage_summary(*, actor: Actor, period: str | None, group_by: str) -> list[di
         )
         result.append(item)
     return result
+
+
+def limits_of(*, tenant_id) -> list[Quota]:
+    """Every quota of a tenant (what is allowed), with the names its reasons print."""
+    return list(
+        Quota.objects.filter(tenant_id=tenant_id).select_related("tenant", "project", "user")
+    )
+
+
+def gpu_seconds_by_project_user(*, tenant_id, since: datetime) -> dict[tuple, float]:
+    """GPU-seconds in the ledger since `since`, per (project id, user id)."""
+    rows = (
+        UsageRecord.objects.filter(tenant_id=tenant_id, ended_at__gte=since)
+        .values("project_id", "user_id")
+        .annotate(seconds=Sum("gpu_seconds"))
+    )
+    return {(row["project_id"], row["user_id"]): row["seconds"] or 0.0 for row in rows}
+
+
+def gpu_seconds_by_project(*, tenant_id, since: datetime) -> dict:
+    """GPU-seconds in the ledger since `since`, per project id (fair share between projects)."""
+    rows = (
+        UsageRecord.objects.filter(tenant_id=tenant_id, ended_at__gte=since)
+        .values("project_id")
+        .annotate(seconds=Sum("gpu_seconds"))
+    )
+    return {row["project_id"]: row["seconds"] or 0.0 for row in rows}

@@ -1,5 +1,7 @@
 """Writes for quotas: limits (with audit) and the usage ledger."""
 
+from collections.abc import Callable
+
 from django.db import IntegrityError, transaction
 
 from apps.core.actor import Actor
@@ -89,7 +91,16 @@ def quota_delete(*, actor: Actor, quota: Quota, ip: str | None = None) -> None:
     _readmit(tenant_id)
 
 
-def _readmit(tenant_id) -> None:
-    from apps.quotas.admission import admit_tenant
+_limits_changed: list[Callable[..., object]] = []
 
-    admit_tenant(tenant_id=tenant_id)
+
+def on_limits_changed(callback: Callable[..., object]) -> None:
+    """Register what runs (in the writing transaction) when a tenant's limits change: the jobs
+    app registers admission at start-up (its AppConfig.ready), so quotas never import jobs."""
+    if callback not in _limits_changed:
+        _limits_changed.append(callback)
+
+
+def _readmit(tenant_id) -> None:
+    for callback in _limits_changed:
+        callback(tenant_id=tenant_id)

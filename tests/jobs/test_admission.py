@@ -9,10 +9,10 @@ from django.db import connection
 from django.urls import reverse
 from django.utils import timezone
 
+from apps.jobs.admission import admit_tenant, fair_order
 from apps.jobs.models import Job
 from apps.jobs.services import job_cancel
 from apps.jobs.states import ACTIVE
-from apps.quotas.admission import admit_tenant, fair_order
 from apps.quotas.models import Quota, UsageRecord
 from apps.tenancy.access import actor_for_user
 from apps.tenancy.models import Role
@@ -134,3 +134,15 @@ def test_fifty_concurrent_submissions_never_exceed_the_quota(acme, cluster):
     positions = list(Job.objects.filter(state="PENDING").values_list("queue_position", flat=True))
     assert None not in positions
     assert sorted(positions) == list(range(1, len(positions) + 1))
+
+
+def test_raising_a_quota_over_the_api_admits_what_now_fits(acme, cluster):
+    """Quotas call admission through the hook the jobs app registers (quotas never import jobs)."""
+    quota = Quota.objects.create(tenant=acme.tenant, project=acme.project, gpus=4)
+    post(acme, Role.MEMBER, acme.project, gpus=4)
+    waiting = post(acme, Role.MEMBER, acme.project, gpus=4)
+    assert waiting["state"] == "PENDING"
+    url = reverse("quota-detail", kwargs={"pk": quota.pk})
+    response = acme.client(Role.ADMIN).patch(url, {"gpus": 8}, format="json")
+    assert response.status_code == 200, response.content
+    assert Job.objects.get(pk=waiting["id"]).state == "QUEUED"

@@ -15,8 +15,15 @@ from django.db.models import Count, Sum
 from django.utils import timezone
 
 from apps.jobs.models import AttemptState, Job, JobAttempt
+from apps.jobs.services import (
+    TRANSITION_FIELDS,
+    attempts_open,
+    events_record,
+    transition_in_memory,
+)
 from apps.jobs.states import ACTIVE, State
-from apps.quotas.models import Quota, UsageRecord
+from apps.quotas.models import Quota
+from apps.quotas.selectors import gpu_seconds_by_project, gpu_seconds_by_project_user, limits_of
 from apps.tenancy.models import Tenant
 
 RESOURCES = [("gpus", "GPUs"), ("cpus", "CPUs"), ("memory_mb", "MiB of memory")]
@@ -96,15 +103,9 @@ def _books(tenant_id, now, quotas: list[Quota]) -> Books:
             used.running_jobs += row["jobs"]
     if not any(q.gpu_hours_per_month is not None for q in quotas):
         return books
-    ledger = (
-        UsageRecord.objects.filter(tenant_id=tenant_id, ended_at__gte=month_start(now))
-        .values("project_id", "user_id")
-        .annotate(seconds=Sum("gpu_seconds"))
-    )
-    for row in ledger:
-        books.add_gpu_seconds(
-            project_id=row["project_id"], user_id=row["user_id"], seconds=row["seconds"] or 0
-        )
+    ledger = gpu_seconds_by_project_user(tenant_id=tenant_id, since=month_start(now))
+    for (project_id, user_id), seconds in ledger.items():
+        books.add_gpu_seconds(project_id=project_id, user_id=user_id, seconds=seconds)
     running = JobAttempt.objects.filter(
         job__tenant_id=tenant_id, state=AttemptState.RUNNING, started_at__isnull=False
     ).values("started_at", "job__project_id", "job__user_id", "job__gpus")
@@ -165,16 +166,10 @@ def admit_tenant(*, tenant_id) -> list[Job]:
     another admitter holds). With quotas the tenant row is locked so that two admitters never
     count the same free capacity twice.
     """
-    from apps.jobs.services import (
-        TRANSITION_FIELDS,
-        attempts_open,
-        events_record,
-        transition_in_memory,
-    )
-    from apps.jobs.tasks import request_dispatch
+    from apps.jobs.tasks import request_dispatch  # tasks import this module
 
     now = timezone.now()
-    quotas = list(Quota.objects.filter(tenant_id=tenant_id).select_related("project", "user"))
+    quotas = limits_of(tenant_id=tenant_id)
     with transaction.atomic():
         if quotas:
             Tenant.objects.select_for_update().get(pk=tenant_id)
@@ -191,12 +186,7 @@ def admit_tenant(*, tenant_id) -> list[Job]:
             recent = {}
             if len({job.project_id for job in pending}) > 1:
                 window = now - timedelta(days=settings.TORUS_FAIRSHARE_DAYS)
-                recent = dict(
-                    UsageRecord.objects.filter(tenant_id=tenant_id, ended_at__gte=window)
-                    .values_list("project_id")
-                    .annotate(s=Sum("gpu_seconds"))
-                    .values_list("project_id", "s")
-                )
+                recent = gpu_seconds_by_project(tenant_id=tenant_id, since=window)
             for job in fair_order(pending, recent):
                 reason = blocking_reason(job, quotas, books)
                 if reason:
