@@ -7,11 +7,11 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 export TORUS_VAR_DIR ?= $(CURDIR)/.var
-export TORUS_DATABASE_URL ?= postgres://torus:torus@127.0.0.1:15432/torus
-export TORUS_REDIS_URL ?= redis://127.0.0.1:16379
-# A per-checkout secret, made once and kept under .var/ (never committed).
+# The database and Redis URLs (with generated passwords) come from .var/secrets/services.env,
+# written by platform/services and read by config/settings.py.
+# A per-checkout secret, made once and kept under .var/ (never committed; 0640 root:torus).
 export TORUS_SECRET_KEY ?= $(shell mkdir -p .var && test -s .var/secret-key || \
-	$(PYTHON) -c 'import secrets; print(secrets.token_urlsafe(50))' > .var/secret-key; \
+	(umask 077 && $(PYTHON) -c 'import secrets; print(secrets.token_urlsafe(50))' > .var/secret-key); \
 	cat .var/secret-key)
 export DJANGO_SETTINGS_MODULE := config.settings
 
@@ -54,7 +54,8 @@ static: venv
 	$(BIN)/python manage.py collectstatic --noinput --verbosity 0
 
 seed: migrate
-	$(BIN)/python manage.py seed_demo --json > $(TORUS_VAR_DIR)/demo.json
+	umask 077 && $(BIN)/python manage.py seed_demo --json > $(TORUS_VAR_DIR)/demo.json
+	chmod 600 $(TORUS_VAR_DIR)/demo.json
 
 up: seed
 	scripts/portal start

@@ -32,8 +32,7 @@ def platform_env(*, redis_db_base: str = "4") -> dict[str, str]:
     """What the Makefile exports, plus the benchmark's own Redis databases."""
     env = dict(os.environ)
     env.setdefault("TORUS_VAR_DIR", str(VAR))
-    env.setdefault("TORUS_DATABASE_URL", "postgres://torus:torus@127.0.0.1:15432/torus")
-    env.setdefault("TORUS_REDIS_URL", "redis://127.0.0.1:16379")
+    # The database and Redis URLs: config/settings.py reads them from secrets/services.env.
     if not env.get("TORUS_SECRET_KEY"):
         key = VAR / "secret-key"
         if not key.is_file() or not key.read_text().strip():

@@ -8,6 +8,7 @@
 #   TORUS_LOG_DIR       logs                        ($TORUS_VAR_DIR/log)
 #   TORUS_RUN_DIR       pid files, locks, sockets   ($TORUS_VAR_DIR/run)
 #   TORUS_WAIT_TIMEOUT  seconds `wait` waits         (default: 60)
+#   TORUS_SECRETS_DIR   generated passwords, services.env ($TORUS_VAR_DIR/secrets)
 #
 # Functions (all messages go to stderr, prefixed "torus services: "):
 #   torus_log MSG...                 one line to stderr
@@ -15,6 +16,10 @@
 #   torus_fail_up NAME [LOGFILE]     "NAME did not come up; see LOGFILE", exit 1
 #   torus_status_line NAME up|down [ADDR]
 #   torus_ensure_dirs                create TORUS_VAR_DIR, log and run dirs
+#   torus_ensure_account             the platform's system user and group `torus`
+#   torus_secure_var                 the account, and modes of $TORUS_VAR_DIR's own entries
+#   torus_secret NAME                print secrets/NAME, generated once (0640 root:torus)
+#   torus_services_env_set KEY VALUE set KEY in secrets/services.env (what settings read)
 #   torus_apt_install PKG...         apt-get install only the missing packages
 #   torus_service_dir NAME USER [quiet]  print a data dir USER can reach (see below)
 #   torus_host_dir                   print /var/lib/torus/<hash of TORUS_VAR_DIR>
@@ -42,7 +47,9 @@ TORUS_VAR_DIR=${TORUS_VAR_DIR%/}
 TORUS_LOG_DIR=$TORUS_VAR_DIR/log
 TORUS_RUN_DIR=$TORUS_VAR_DIR/run
 TORUS_WAIT_TIMEOUT=${TORUS_WAIT_TIMEOUT:-60}
-export TORUS_SERVICES_DIR TORUS_REPO_ROOT TORUS_VAR_DIR TORUS_LOG_DIR TORUS_RUN_DIR TORUS_WAIT_TIMEOUT
+TORUS_SECRETS_DIR=$TORUS_VAR_DIR/secrets
+export TORUS_SERVICES_DIR TORUS_REPO_ROOT TORUS_VAR_DIR TORUS_LOG_DIR TORUS_RUN_DIR TORUS_WAIT_TIMEOUT \
+  TORUS_SECRETS_DIR
 
 torus_log() {
   printf 'torus services: %s\n' "$*" >&2
@@ -74,6 +81,65 @@ torus_status_line() {
 
 torus_ensure_dirs() {
   mkdir -p "$TORUS_VAR_DIR" "$TORUS_LOG_DIR" "$TORUS_RUN_DIR"
+}
+
+# The platform's service account: the portal's processes that need no root run as it.
+torus_ensure_account() {
+  getent group torus >/dev/null || groupadd --system torus
+  id -u torus >/dev/null 2>&1 ||
+    useradd --system --gid torus --no-create-home --home-dir /nonexistent \
+      --shell /usr/sbin/nologin torus
+}
+
+# torus_secure_var : the account, then $TORUS_VAR_DIR's own entries closed to other users
+# (jobs run as their submitters' uids): .var traversable but not listable, secrets/ and
+# secret-key readable by group torus, logs by nobody else, demo tokens by root alone.
+torus_secure_var() {
+  torus_ensure_account
+  torus_ensure_dirs
+  chmod 711 "$TORUS_VAR_DIR" "$TORUS_RUN_DIR"
+  install -d -m 750 -o root -g torus "$TORUS_SECRETS_DIR"
+  chown root:torus "$TORUS_LOG_DIR"
+  chmod 750 "$TORUS_LOG_DIR"
+  find "$TORUS_LOG_DIR" "$TORUS_RUN_DIR" -maxdepth 1 -type f -perm /o=rw -exec chmod o-rw {} +
+  if [[ -f $TORUS_VAR_DIR/secret-key ]]; then
+    chown root:torus "$TORUS_VAR_DIR/secret-key"
+    chmod 640 "$TORUS_VAR_DIR/secret-key"
+  fi
+  [[ ! -f $TORUS_VAR_DIR/demo.json ]] || chmod 600 "$TORUS_VAR_DIR/demo.json"
+}
+
+# torus_secret NAME : prints secrets/NAME, made once: 32 random hex digits (URL-safe).
+torus_secret() {
+  local file=$TORUS_SECRETS_DIR/$1 value
+  torus_secure_var
+  if [[ ! -s $file ]]; then
+    value=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+    (umask 077 && printf '%s\n' "$value" >"$file.new")
+    chown root:torus "$file.new"
+    chmod 640 "$file.new"
+    mv -f "$file.new" "$file"
+  fi
+  head -n 1 "$file"
+}
+
+# torus_services_env_set KEY VALUE : KEY=VALUE in secrets/services.env, which
+# config/settings.py reads for what the environment does not set. Replaced atomically.
+torus_services_env_set() {
+  local key=$1 value=$2 file=$TORUS_SECRETS_DIR/services.env
+  torus_secure_var
+  (
+    umask 077
+    flock -w 60 8 || torus_die "could not lock $file"
+    {
+      printf '# Written by platform/services (torus_services_env_set); read by config/env.py.\n'
+      [[ ! -f $file ]] || grep -v -e '^#' -e "^$key=" "$file" || true
+      printf '%s=%s\n' "$key" "$value"
+    } >"$file.new"
+    chown root:torus "$file.new"
+    chmod 640 "$file.new"
+    if cmp -s "$file.new" "$file"; then rm -f "$file.new"; else mv -f "$file.new" "$file"; fi
+  ) 8>"$TORUS_SECRETS_DIR/.services.env.lock"
 }
 
 # torus_apt_install PKG... : installs only what dpkg does not list as installed;
