@@ -1,18 +1,9 @@
 """Django settings for Torus, read from the environment (config/env.py; docs/operations.md)."""
 
 import os
-from hashlib import sha256
 from pathlib import Path
 
-from config.env import (
-    env_bool,
-    env_database,
-    env_int,
-    env_list,
-    env_range,
-    env_str,
-    use_services_env,
-)
+from config.env import env_bool, env_database, env_int, env_list, env_str, use_services_env
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("TORUS_VAR_DIR", str(BASE_DIR / ".var")))
@@ -139,29 +130,7 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = TORUS_MAX_BODY_BYTES
 TORUS_READYZ_CELERY_TIMEOUT = env_int("TORUS_READYZ_CELERY_TIMEOUT", 1, minimum=1)
 
 # Jobs: where their files live (shared with the compute nodes), and the control loops.
-# Files jobs see live outside VAR_DIR (which holds the platform's secrets): under DATA_DIR,
-# the same /var/lib/torus/<hash of VAR_DIR> that platform/services uses (lib.sh).
-DATA_DIR = Path(
-    env_str("TORUS_DATA_DIR", f"/var/lib/torus/{sha256(str(VAR_DIR).encode()).hexdigest()[:12]}")
-)
-# The per-tenant job tree (docs/security.md), and read-only roots every job may use
-# (shared environments, example code): working_dir and environment paths lie in one of them.
-TORUS_JOB_ROOT = env_str("TORUS_JOB_ROOT", str(DATA_DIR / "jobs"))
-TORUS_SHARED_ROOTS = env_list("TORUS_SHARED_ROOTS", [str(DATA_DIR / "shared")])
-
-# Identities on the cluster (apps/identity): people are POSIX users, tenants and projects
-# POSIX groups, from the LDAP directory the nodes resolve ("ldap") or local accounts the
-# platform creates on the nodes it manages ("local").
-TORUS_IDENTITY_BACKEND = env_str("TORUS_IDENTITY_BACKEND", "ldap")
-TORUS_UID_RANGE = env_range("TORUS_UID_RANGE", (200000, 299999))
-TORUS_GID_RANGE = env_range("TORUS_GID_RANGE", (300000, 399999))
-TORUS_SERVICE_USER = env_str("TORUS_SERVICE_USER", "torus")
-TORUS_LDAP_URL = env_str("TORUS_LDAP_URL", "ldap://127.0.0.1:13389")
-TORUS_LDAP_BASE_DN = env_str("TORUS_LDAP_BASE_DN", "dc=torus,dc=internal")
-TORUS_LDAP_BIND_DN = env_str("TORUS_LDAP_BIND_DN", f"cn=admin,{TORUS_LDAP_BASE_DN}")
-TORUS_LDAP_BIND_PASSWORD_FILE = env_str(
-    "TORUS_LDAP_BIND_PASSWORD_FILE", str(VAR_DIR / "secrets" / "ldap-admin.pass")
-)
+TORUS_JOB_ROOT = env_str("TORUS_JOB_ROOT", str(VAR_DIR / "jobs"))
 TORUS_RECONCILE_SECONDS = env_int("TORUS_RECONCILE_SECONDS", 2, minimum=1)
 TORUS_DISPATCH_GRACE_SECONDS = env_int("TORUS_DISPATCH_GRACE_SECONDS", 30, minimum=1)
 TORUS_DISPATCH_THREADS = env_int("TORUS_DISPATCH_THREADS", 8, minimum=1)
@@ -189,45 +158,12 @@ TORUS_LIVE_MAX_LINES_PER_SECOND = env_int("TORUS_LIVE_MAX_LINES_PER_SECOND", 500
 # Access tokens: last use is written at most this often (seconds), with an audit event.
 TORUS_TOKEN_USE_RECORD_INTERVAL = env_int("TORUS_TOKEN_USE_RECORD_INTERVAL", 60, minimum=0)
 
-# Sign-in: failed attempts per account and per address within the window lock that account or
-# address for the lockout (answered exactly like a wrong password; apps/tenancy/signin.py).
-TORUS_SIGNIN_ACCOUNT_FAILURES = env_int("TORUS_SIGNIN_ACCOUNT_FAILURES", 5, minimum=1)
-TORUS_SIGNIN_ADDRESS_FAILURES = env_int("TORUS_SIGNIN_ADDRESS_FAILURES", 20, minimum=1)
-TORUS_SIGNIN_WINDOW_SECONDS = env_int("TORUS_SIGNIN_WINDOW_SECONDS", 15 * 60, minimum=1)
-TORUS_SIGNIN_LOCKOUT_SECONDS = env_int("TORUS_SIGNIN_LOCKOUT_SECONDS", 15 * 60, minimum=1)
-
-# The people directory (OpenLDAP; apps/tenancy/directory.py): tried first, then local accounts.
-TORUS_LDAP_ENABLED = env_bool("TORUS_LDAP_ENABLED", True)
-TORUS_LDAP_URL = env_str("TORUS_LDAP_URL", "ldap://127.0.0.1:13389")
-TORUS_LDAP_BASE_DN = env_str("TORUS_LDAP_BASE_DN", "dc=torus,dc=internal")
-TORUS_LDAP_TIMEOUT = env_int("TORUS_LDAP_TIMEOUT", 3, minimum=1)  # seconds, connect and reply
-AUTHENTICATION_BACKENDS = [
-    *(["apps.tenancy.directory.TorusLDAPBackend"] if TORUS_LDAP_ENABLED else []),
-    "django.contrib.auth.backends.ModelBackend",
-]
-
-# Invitations: how long one stays valid, and the address its link points at.
-TORUS_INVITATION_SECONDS = env_int("TORUS_INVITATION_SECONDS", 7 * 24 * 3600, minimum=60)
-TORUS_PUBLIC_URL = env_str("TORUS_PUBLIC_URL", "http://127.0.0.1:8000")
-# E-mail (invitations): kept in memory by default, so nothing leaves the process and the admin
-# passes on the link from the create response; set the SMTP backend and host to mail it.
-EMAIL_BACKEND = env_str("TORUS_EMAIL_BACKEND", "django.core.mail.backends.locmem.EmailBackend")
-EMAIL_HOST = env_str("TORUS_EMAIL_HOST", "localhost")
-EMAIL_PORT = env_int("TORUS_EMAIL_PORT", 25, minimum=1)
-EMAIL_HOST_USER = env_str("TORUS_EMAIL_USER", "")
-EMAIL_HOST_PASSWORD = env_str("TORUS_EMAIL_PASSWORD", "")
-EMAIL_USE_TLS = env_bool("TORUS_EMAIL_USE_TLS", False)
-DEFAULT_FROM_EMAIL = env_str("TORUS_EMAIL_FROM", "torus@localhost")
-
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "apps.tenancy.authentication.BearerTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": [
-        "rest_framework.permissions.IsAuthenticated",
-        "apps.core.api.permissions.MatrixPermission",  # the role matrix, on every action
-    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PAGINATION_CLASS": "apps.core.api.pagination.CursorPagination",
