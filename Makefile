@@ -32,16 +32,28 @@ $(BIN)/.installed: pyproject.toml
 
 venv: $(BIN)/.installed
 
-# The researchers' side: the environment the example training jobs run in (PyTorch on CPU).
-# Kept apart from the platform's own virtualenv, as a job's environment would be.
-TORCH_VENV := $(TORUS_VAR_DIR)/venvs/torch
+# Where jobs' files live (outside .var, which jobs cannot read): the per-tenant job tree and a
+# shared read-only root; config/settings.py derives the same path from TORUS_VAR_DIR.
+export TORUS_DATA_DIR ?= /var/lib/torus/$(shell printf '%s' '$(TORUS_VAR_DIR)' | sha256sum | cut -c1-12)
+SHARED_ROOT := $(TORUS_DATA_DIR)/shared
+
+# The researchers' side: the environment the example training jobs run in (PyTorch on CPU),
+# and the examples themselves, in the shared read-only root every job may use. Kept apart
+# from the platform's own virtualenv, as a job's environment would be.
+TORCH_VENV := $(SHARED_ROOT)/envs/torch
 $(TORCH_VENV)/.installed:
+	install -d -m 755 $(SHARED_ROOT) $(SHARED_ROOT)/envs
 	test -x $(TORCH_VENV)/bin/python || $(PYTHON) -m venv $(TORCH_VENV)
 	$(TORCH_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(TORCH_VENV)/bin/python -m pip install --quiet 'torch==2.13.0'
 	touch $@
 
 examples-venv: $(TORCH_VENV)/.installed
+	rm -rf $(SHARED_ROOT)/examples.new
+	cp -r examples $(SHARED_ROOT)/examples.new
+	chmod -R u=rwX,go=rX $(SHARED_ROOT)/examples.new
+	rm -rf $(SHARED_ROOT)/examples
+	mv $(SHARED_ROOT)/examples.new $(SHARED_ROOT)/examples
 
 services:
 	platform/services/up

@@ -122,6 +122,15 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
+def env_range(name: str, default: tuple[int, int]) -> tuple[int, int]:
+    """'LOW-HIGH' (inclusive) -> (low, high)."""
+    raw = env_str(name, f"{default[0]}-{default[1]}")
+    low, _, high = raw.partition("-")
+    if not (low.strip().isdigit() and high.strip().isdigit()) or int(low) > int(high):
+        raise ImproperlyConfigured(f"{name} must look like 200000-299999, not {raw!r}")
+    return int(low), int(high)
+
+
 def env_database(name: str, default: str) -> dict:
     """Parse a postgres://user:password@host:port/name URL into a Django DATABASES entry."""
     raw = env_str(name, default)

@@ -1,9 +1,18 @@
 """Django settings for Torus, read from the environment (config/env.py; docs/operations.md)."""
 
 import os
+from hashlib import sha256
 from pathlib import Path
 
-from config.env import env_bool, env_database, env_int, env_list, env_str, use_services_env
+from config.env import (
+    env_bool,
+    env_database,
+    env_int,
+    env_list,
+    env_range,
+    env_str,
+    use_services_env,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("TORUS_VAR_DIR", str(BASE_DIR / ".var")))
@@ -39,6 +48,7 @@ INSTALLED_APPS = [
     "apps.quotas",
     "apps.jobs",
     "apps.logs",
+    "apps.identity",
 ]
 
 MIDDLEWARE = [
@@ -130,7 +140,29 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = TORUS_MAX_BODY_BYTES
 TORUS_READYZ_CELERY_TIMEOUT = env_int("TORUS_READYZ_CELERY_TIMEOUT", 1, minimum=1)
 
 # Jobs: where their files live (shared with the compute nodes), and the control loops.
-TORUS_JOB_ROOT = env_str("TORUS_JOB_ROOT", str(VAR_DIR / "jobs"))
+# Files jobs see live outside VAR_DIR (which holds the platform's secrets): under DATA_DIR,
+# the same /var/lib/torus/<hash of VAR_DIR> that platform/services uses (lib.sh).
+DATA_DIR = Path(
+    env_str("TORUS_DATA_DIR", f"/var/lib/torus/{sha256(str(VAR_DIR).encode()).hexdigest()[:12]}")
+)
+# The per-tenant job tree (docs/security.md), and read-only roots every job may use
+# (shared environments, example code): working_dir and environment paths lie in one of them.
+TORUS_JOB_ROOT = env_str("TORUS_JOB_ROOT", str(DATA_DIR / "jobs"))
+TORUS_SHARED_ROOTS = env_list("TORUS_SHARED_ROOTS", [str(DATA_DIR / "shared")])
+
+# Identities on the cluster (apps/identity): people are POSIX users, tenants and projects
+# POSIX groups, from the LDAP directory the nodes resolve ("ldap") or local accounts the
+# platform creates on the nodes it manages ("local").
+TORUS_IDENTITY_BACKEND = env_str("TORUS_IDENTITY_BACKEND", "ldap")
+TORUS_UID_RANGE = env_range("TORUS_UID_RANGE", (200000, 299999))
+TORUS_GID_RANGE = env_range("TORUS_GID_RANGE", (300000, 399999))
+TORUS_SERVICE_USER = env_str("TORUS_SERVICE_USER", "torus")
+TORUS_LDAP_URL = env_str("TORUS_LDAP_URL", "ldap://127.0.0.1:13389")
+TORUS_LDAP_BASE_DN = env_str("TORUS_LDAP_BASE_DN", "dc=torus,dc=internal")
+TORUS_LDAP_BIND_DN = env_str("TORUS_LDAP_BIND_DN", f"cn=admin,{TORUS_LDAP_BASE_DN}")
+TORUS_LDAP_BIND_PASSWORD_FILE = env_str(
+    "TORUS_LDAP_BIND_PASSWORD_FILE", str(VAR_DIR / "secrets" / "ldap-admin.pass")
+)
 TORUS_RECONCILE_SECONDS = env_int("TORUS_RECONCILE_SECONDS", 2, minimum=1)
 TORUS_DISPATCH_GRACE_SECONDS = env_int("TORUS_DISPATCH_GRACE_SECONDS", 30, minimum=1)
 TORUS_DISPATCH_THREADS = env_int("TORUS_DISPATCH_THREADS", 8, minimum=1)

@@ -4,10 +4,14 @@ Everything runs against the real PostgreSQL and Redis that `make test` brings up
 """
 
 import contextlib
+import os
+import shutil
 import socket
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -150,8 +154,16 @@ def globex(db) -> TenantWorld:
 
 
 @pytest.fixture(autouse=True)
-def _job_root(settings, tmp_path):
-    settings.TORUS_JOB_ROOT = str(tmp_path / "jobs")
+def _job_root(settings):
+    """Each test's own job tree, where jobs running as their users can reach it (pytest's
+    tmp_path lies under a folder only root may enter)."""
+    base = Path(settings.DATA_DIR) / "test-jobs"
+    base.mkdir(parents=True, exist_ok=True)
+    os.chmod(base, 0o755)
+    root = base / uuid.uuid4().hex
+    settings.TORUS_JOB_ROOT = str(root)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

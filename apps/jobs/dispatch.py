@@ -19,6 +19,9 @@ from django.utils import timezone
 from apps.compute.backends import for_cluster
 from apps.compute.backends.base import ClusterUnavailable, Submission, SubmitRejected
 from apps.compute.models import Cluster
+from apps.identity.directory import DirectoryUnavailable
+from apps.identity.services import IdentityError, JobIdentity, job_identity
+from apps.identity.storage import job_tree_ensure, project_tree_ensure
 from apps.jobs import paths
 from apps.jobs.models import AttemptState, Job, JobAttempt
 from apps.jobs.states import State
@@ -31,7 +34,30 @@ def _b64(value: str) -> str:
     return base64.b64encode(value.encode()).decode()
 
 
-def build_submission(attempt: JobAttempt, cluster: Cluster) -> Submission:
+def prepare(attempt: JobAttempt, *, cluster: Cluster, backend, known: dict) -> JobIdentity:
+    """Who the attempt runs as (made on first need), and its directories in the tenant's
+    tree owned by that user, before the backend sees it. `known` keeps the identities of
+    one dispatch pass by (user, project)."""
+    job = attempt.job
+    key = (job.user_id, job.project_id)
+    identity = known.get(key)
+    if identity is None:
+        identity = job_identity(job=job, backend=backend, cluster=cluster)
+        project_tree_ensure(
+            project=job.project, tenant_gid=identity.tenant_gid, project_gid=identity.gid
+        )
+        known[key] = identity
+    job_tree_ensure(
+        job_dir=paths.job_dir(job),
+        attempt_dir=paths.attempt_dir(job, attempt.number),
+        checkpoint_dir=paths.checkpoint_dir(job),
+        uid=identity.uid,
+        gid=identity.gid,
+    )
+    return identity
+
+
+def build_submission(attempt: JobAttempt, cluster: Cluster, identity: JobIdentity) -> Submission:
     """The backend request for an attempt. Every user value goes into `environment` as data."""
     job = attempt.job
     spec = job.spec
@@ -41,6 +67,8 @@ def build_submission(attempt: JobAttempt, cluster: Cluster) -> Submission:
         "PATH": BASE_PATH,
         "LANG": "C.UTF-8",
         "HOME": str(paths.job_dir(job)),
+        "USER": identity.user,
+        "LOGNAME": identity.user,
         **spec.get("env", {}),
         "TORUS_JOB_ID": str(job.id),
         "TORUS_JOB_NAME": job.name,
@@ -80,6 +108,10 @@ def build_submission(attempt: JobAttempt, cluster: Cluster) -> Submission:
         working_dir=workdir,
         stdout_path=attempt.stdout_path,
         stderr_path=attempt.stderr_path,
+        user=identity.user,
+        uid=identity.uid,
+        gid=identity.gid,
+        account=identity.account,
     )
 
 
@@ -144,6 +176,15 @@ def mark_rejected(*, attempt_id, message: str) -> None:
             )
 
 
+def release(*, attempt_id, message: str) -> None:
+    """Back to the queue: the attempt could not be prepared now (directory or cluster down);
+    the next pass tries again."""
+    logger.warning("attempt %s not submitted: %s", attempt_id, message)
+    JobAttempt.objects.filter(pk=attempt_id, state=AttemptState.SUBMITTING).update(
+        state=AttemptState.QUEUED, submit_started_at=None
+    )
+
+
 def recover_submitting(*, cluster: Cluster, backend) -> int:
     """Adopt or release attempts left SUBMITTING by a dispatcher that died. One backend call."""
     grace = timezone.now() - timedelta(seconds=settings.TORUS_DISPATCH_GRACE_SECONDS)
@@ -191,14 +232,25 @@ def dispatch_cluster(*, cluster_id, limit: int = 500) -> int:
     except ClusterUnavailable as exc:
         logger.warning("cluster %s unavailable: %s", cluster.name, exc)
         return 0
-    total = 0
-    while ids := claim(cluster=cluster, limit=limit):
+    total, known, released = 0, {}, False
+    while not released and (ids := claim(cluster=cluster, limit=limit)):
         attempts = list(
             JobAttempt.objects.filter(pk__in=ids).select_related(
-                "job", "job__tenant", "job__project"
+                "job", "job__tenant", "job__project__tenant", "job__user"
             )
         )
-        requests = [(a.pk, build_submission(a, cluster)) for a in attempts]
+        requests = []
+        for attempt in attempts:
+            try:
+                identity = prepare(attempt, cluster=cluster, backend=backend, known=known)
+            except (IdentityError, SubmitRejected) as exc:
+                mark_rejected(attempt_id=attempt.pk, message=str(exc)[:1000])
+                continue
+            except (DirectoryUnavailable, ClusterUnavailable) as exc:
+                release(attempt_id=attempt.pk, message=str(exc))
+                released = True  # not claimed again in this pass
+                continue
+            requests.append((attempt.pk, build_submission(attempt, cluster, identity)))
 
         def submit(item):
             attempt_id, submission = item

@@ -1,12 +1,13 @@
-"""Where a job's files live under the platform's job root (shared with the compute nodes)."""
+"""Where a job's files live in its tenant's tree on the storage shared with the compute nodes
+(the layout: apps/identity/storage.py)."""
 
 from pathlib import Path
 
-from django.conf import settings
+from apps.identity.storage import project_root
 
 
 def job_dir(job) -> Path:
-    return Path(settings.TORUS_JOB_ROOT) / job.tenant.slug / str(job.id)
+    return project_root(job.project) / "jobs" / str(job.id)
 
 
 def checkpoint_dir(job) -> Path:

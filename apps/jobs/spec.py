@@ -10,6 +10,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from apps.core.api.serializers import StrictSerializer
+from apps.identity.storage import path_problem
 from apps.jobs.models import Kind
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -267,6 +268,23 @@ class JobSpecSerializer(StrictSerializer):
         if errors:
             raise serializers.ValidationError(errors)
         return value
+
+
+def paths_check(*, spec: dict, tenant) -> None:
+    """The paths a job names lie in its tenant's tree or a shared read-only root (a 400
+    naming the field and the rule otherwise); the job's own identity is the platform's
+    choice, never the spec's."""
+    errors: dict = {}
+    if spec.get("working_dir"):
+        problem = path_problem(spec["working_dir"], tenant=tenant)
+        if problem:
+            errors["working_dir"] = [problem]
+    if spec["environment"].get("path"):
+        problem = path_problem(spec["environment"]["path"], tenant=tenant)
+        if problem:
+            errors["environment"] = {"path": [problem]}
+    if errors:
+        raise serializers.ValidationError(errors)
 
 
 def normalise(validated: dict) -> dict:

@@ -41,11 +41,13 @@ def test_an_orphan_accepted_by_slurm_is_adopted_not_resubmitted(acme, slurm_clus
     (job_id,) = _queued(acme, 1, command=("true",))
     claimed = dispatch.claim(cluster=slurm_cluster, limit=10)
     assert len(claimed) == 1
-    attempt = JobAttempt.objects.select_related("job__tenant", "job__project").get(pk=claimed[0])
-    # The dispatcher "dies" after Slurm accepted the job, before recording its id.
-    backend_id = for_cluster(slurm_cluster).submit(
-        dispatch.build_submission(attempt, slurm_cluster)
+    attempt = JobAttempt.objects.select_related("job__tenant", "job__project__tenant").get(
+        pk=claimed[0]
     )
+    # The dispatcher "dies" after Slurm accepted the job, before recording its id.
+    backend = for_cluster(slurm_cluster)
+    identity = dispatch.prepare(attempt, cluster=slurm_cluster, backend=backend, known={})
+    backend_id = backend.submit(dispatch.build_submission(attempt, slurm_cluster, identity))
     attempt.refresh_from_db()
     assert attempt.state == AttemptState.SUBMITTING and attempt.backend_id == ""
     time.sleep(1.2)

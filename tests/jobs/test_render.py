@@ -6,15 +6,19 @@ the expected fields.
 """
 
 import base64
+import dataclasses
 import json
 import re
 import uuid
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from apps.compute.backends.base import SubmitRejected
 from apps.compute.backends.slurm import LAUNCHER, render_request, sbatch_argv
 from apps.compute.models import Cluster
+from apps.identity.services import JobIdentity
 from apps.jobs.dispatch import build_submission
 from apps.jobs.models import Job, JobAttempt
 from apps.jobs.spec import JobSpecSerializer, normalise
@@ -56,6 +60,9 @@ SBATCH_OPTIONS = {
     "partition",
     "gres",
     "exclude",
+    "uid",
+    "gid",
+    "account",
 }
 JOB_KEYS = {
     "name",
@@ -73,7 +80,12 @@ JOB_KEYS = {
     "requeue",
     "partition",
     "gres",
+    "account",
 }
+IDENTITY = JobIdentity(
+    user="alice", uid=200001, gid=300002, group="p-t_p", tenant_gid=300001,
+    account="p-t_p", parent_account="t-t",
+)  # fmt: skip
 
 
 def _submission(spec: dict):
@@ -88,7 +100,7 @@ def _submission(spec: dict):
         partition="gpu",
     )
     attempt = JobAttempt(id=uuid.uuid4(), job=job, number=1, stdout_path="/o", stderr_path="/e")
-    return attempt, build_submission(attempt, Cluster(name="c", config={}))
+    return attempt, build_submission(attempt, Cluster(name="c", config={}), IDENTITY)
 
 
 def _decode(words: str) -> list[str]:
@@ -141,6 +153,9 @@ def test_rendered_request_carries_user_values_only_as_data(argv, env, name, labe
     assert set(options) <= SBATCH_OPTIONS
     assert options["job-name"] == spec["name"] and options["comment"] == attempt.tag
     assert all("\n" not in item for item in argv_out)
+    # whatever the spec says, the job runs as the submitter's identity, charged to the project
+    assert (options["uid"], options["gid"], options["account"]) == ("200001", "300002", "p-t_p")
+    assert job["account"] == "p-t_p" and environment["USER"] == "alice"
 
 
 @settings(max_examples=200, deadline=None)
@@ -153,6 +168,21 @@ def test_script_bodies_travel_base64_encoded(script):
     body = render_request(submission)
     assert body["script"] == LAUNCHER
     assert base64.b64decode(body["job"]["environment"]["TORUS_SCRIPT_B64"]).decode() == script
+
+
+def test_a_submission_without_a_user_identity_is_refused():
+    serializer = JobSpecSerializer(
+        data={"project": str(uuid.uuid4()), "name": "r", "command": ["id"]}
+    )
+    assert serializer.is_valid(), serializer.errors
+    spec = normalise(dict(serializer.validated_data))
+    _, submission = _submission(spec)
+    for who in ({"user": "", "uid": 0, "gid": 0}, {"user": "root", "uid": 0, "gid": 0}):
+        as_root = dataclasses.replace(submission, **who)
+        with pytest.raises(SubmitRejected):
+            render_request(as_root)
+        with pytest.raises(SubmitRejected):
+            sbatch_argv(as_root)
 
 
 def test_the_launcher_has_no_directives():

@@ -13,18 +13,22 @@ from apps.jobs.models import AttemptState
 from apps.tenancy.models import Role
 from tests.jobs.conftest import drive, output, slurm, submit
 
-ROOT = Path(__file__).resolve().parents[2]
-TORCH_VENV = Path(settings.VAR_DIR) / "venvs" / "torch"
+# Jobs run as their users: the examples and their environment come from the shared
+# read-only root (`make examples-venv` puts them there; make test does).
+SHARED = Path(settings.TORUS_SHARED_ROOTS[0])
+TORCH_VENV = SHARED / "envs" / "torch"
+EXAMPLES = SHARED / "examples"
 STEPS = 60
 
 
 def training_spec() -> dict:
     assert (TORCH_VENV / "bin" / "python").exists(), "run `make examples-venv` (make test does)"
+    assert (EXAMPLES / "train_ddp.py").exists(), "run `make examples-venv` (make test does)"
     return {
         "name": "ddp-example",
         "command": [
             "python",
-            "examples/train_ddp.py",
+            "train_ddp.py",
             "--steps",
             str(STEPS),
             "--checkpoint-every",
@@ -32,7 +36,7 @@ def training_spec() -> dict:
             "--sleep-per-step",
             "0.25",
         ],
-        "working_dir": str(ROOT),
+        "working_dir": str(EXAMPLES),
         "environment": {"type": "venv", "path": str(TORCH_VENV)},
         "resources": {
             "nodes": 2,

@@ -17,7 +17,7 @@ def test_example_training_run_is_streamed_searchable_and_charted(
     asgi_server, acme, control_loop, shipper_loop
 ):
     spec = training_spec()
-    spec["command"] = ["python", "examples/train_ddp.py", "--steps", str(STEPS)]
+    spec["command"] = ["python", "train_ddp.py", "--steps", str(STEPS)]
     spec["command"] += ["--checkpoint-every", "10", "--sleep-per-step", "0.1"]
     client = Client(url=asgi_server.url, token=acme.tokens[Role.MEMBER])
     job = client.submit({"project": str(acme.project.id), **spec})

@@ -33,6 +33,12 @@ class Submission:
     working_dir: str = "/"
     stdout_path: str = ""
     stderr_path: str = ""
+    # Who it runs as: the submitter's POSIX user and the project's group, and the cluster
+    # account it is charged to. Never root: the backend refuses an empty user.
+    user: str = ""
+    uid: int = 0
+    gid: int = 0
+    account: str = ""
 
 
 @dataclass
@@ -92,3 +98,7 @@ class Backend(Protocol):
 
     def attempt_outcome(self, job: BackendJob) -> str:
         """The AttemptState a backend state word maps to."""
+
+    def ensure_association(self, *, user: str, account: str, parent: str) -> None:
+        """Make the cluster account `account` (under `parent`) and let `user` run jobs in it;
+        idempotent."""

@@ -55,11 +55,22 @@ _clients: dict[str, httpx.Client] = {}
 _clients_lock = threading.Lock()
 
 
+def _check_identity(submission: Submission) -> None:
+    """Jobs run as their submitter, never as root or a system account."""
+    if not submission.user or submission.uid < 1000 or submission.gid < 1000:
+        raise SubmitRejected("a job needs its submitter's POSIX identity; root is refused")
+
+
 def render_request(submission: Submission) -> dict:
-    """The slurmrestd job-submit body. User values only ever appear as JSON data."""
+    """The slurmrestd job-submit body. User values only ever appear as JSON data. The job
+    runs as the user the request is made for (its token, _call); the process's primary group
+    is the user's own, and its files take the project's group from the setgid directories
+    (openapi/v0.0.38 has no group field; sbatch --gid sets it)."""
+    _check_identity(submission)
     job: dict = {
         "name": submission.name,
         "comment": submission.tag,
+        "account": submission.account,
         "environment": dict(submission.environment),
         "current_working_directory": submission.working_dir,
         "standard_output": submission.stdout_path,
@@ -90,11 +101,15 @@ def gres_request(submission: Submission) -> str:
 
 def sbatch_argv(submission: Submission) -> list[str]:
     """The same request as sbatch arguments (each value one argv item, never shell text)."""
+    _check_identity(submission)
     argv = [
         "sbatch",
         "--parsable",
-        "--export=ALL",
+        "--export=ALL",  # the environment sbatch is given: the submission's, nothing else
         "--no-requeue",
+        f"--uid={submission.uid}",
+        f"--gid={submission.gid}",
+        f"--account={submission.account}",
         f"--job-name={submission.name}",
         f"--comment={submission.tag}",
         f"--chdir={submission.working_dir}",
@@ -144,13 +159,13 @@ class SlurmBackend:
 
     # -- transport ---------------------------------------------------------------------
 
-    def _token(self) -> str:
+    def _token(self, user: str) -> str:
         try:
             key = Path(self.jwt_key_path).read_bytes()
         except OSError as exc:
             raise ClusterUnavailable(f"cannot read the JWT key {self.jwt_key_path}: {exc}") from exc
         now = int(time.time())
-        return jwt.encode({"iat": now, "exp": now + 3600, "sun": self.user}, key, "HS256")
+        return jwt.encode({"iat": now, "exp": now + 3600, "sun": user}, key, "HS256")
 
     def _client(self) -> httpx.Client:
         with _clients_lock:
@@ -164,8 +179,10 @@ class SlurmBackend:
                 _clients[self.url] = client
             return client
 
-    def _call(self, method: str, path: str, *, json=None) -> dict:
-        headers = {"X-SLURM-USER-NAME": self.user, "X-SLURM-USER-TOKEN": self._token()}
+    def _call(self, method: str, path: str, *, json=None, user: str | None = None) -> dict:
+        """One slurmrestd request, as `user` (a job's submitter) or the platform's own user."""
+        user = user or self.user
+        headers = {"X-SLURM-USER-NAME": user, "X-SLURM-USER-TOKEN": self._token(user)}
         try:
             response = self._client().request(
                 method, f"/slurm/{self.version}{path}", json=json, headers=headers
@@ -217,7 +234,9 @@ class SlurmBackend:
         if submission.exclude_nodes:
             return self.submit_with_sbatch(submission)
         try:
-            body = self._call("POST", "/job/submit", json=render_request(submission))
+            body = self._call(
+                "POST", "/job/submit", json=render_request(submission), user=submission.user
+            )
         except ClusterUnavailable:
             return self.submit_with_sbatch(submission)
         return str(body["job_id"])
@@ -325,6 +344,27 @@ class SlurmBackend:
 
     def attempt_outcome(self, job: BackendJob) -> str:
         return OUTCOMES.get(job.state, "SUBMITTED")
+
+    def ensure_association(self, *, user: str, account: str, parent: str) -> None:
+        """Slurm accounts per tenant (`parent`, under root) and project (`account`), and the
+        user's association with the project's: slurmdbd then accounts, limits and fair-shares
+        by tenant (AccountingStorageEnforce=associations refuses jobs without one)."""
+        errors = []
+        for argv in (
+            ["sacctmgr", "-i", "add", "account", parent, "parent=root"],
+            ["sacctmgr", "-i", "add", "account", account, f"parent={parent}"],
+            ["sacctmgr", "-i", "add", "user", user, f"account={account}"],
+        ):
+            try:  # exits 1 with "Nothing new added." for what exists already
+                self._run(argv)
+            except SubmitRejected as exc:
+                errors.append(str(exc))
+        found = self._run(
+            ["sacctmgr", "-n", "-P", "show", "assoc", "where", f"user={user}",
+             f"account={account}", "format=user"]
+        )  # fmt: skip
+        if user not in found.split():
+            raise SubmitRejected(f"no Slurm association for {user} in {account}: {errors}")
 
 
 def parse_gres(text: str) -> dict[str, dict[str, int]]:

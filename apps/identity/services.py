@@ -1,0 +1,236 @@
+"""Writes for cluster identities: a person's POSIX account, the tenant's and project's groups,
+their members, and the Slurm associations that make a job accountable to its project.
+
+Everything is made on first need (dispatch calls `job_identity`) and is idempotent: a row in
+PostgreSQL means the directory has the entry. Entries found in the directory under the same
+name are adopted with their numbers (people who sign in from an existing directory; a test
+database made afresh over the same directory).
+"""
+
+import grp
+import hashlib
+import pwd
+import re
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+
+from apps.identity.directory import DirectoryUnavailable, directory
+from apps.identity.models import ClusterAssociation, GroupKind, IdCounter, PosixAccount, PosixGroup
+from apps.tenancy.models import Project, Tenant
+
+POSIX_NAME_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+
+
+class IdentityError(Exception):
+    """An identity cannot be made or trusted (a name taken by a local account, a user who
+    does not resolve to their uid on the cluster). Nothing was submitted."""
+
+
+@dataclass(frozen=True)
+class JobIdentity:
+    """Who a job runs as on the cluster."""
+
+    user: str
+    uid: int
+    gid: int  # the project's group
+    group: str
+    tenant_gid: int
+    account: str  # the project's account on the cluster
+    parent_account: str  # the tenant's
+
+
+def _allocate(kind: str) -> int:
+    """The next free uid or gid of the configured range, never one handed out before: the
+    counter only moves up, starts above anything the directory already holds, and skips any
+    number the machine's NSS already knows."""
+    low, high = settings.TORUS_UID_RANGE if kind == "uid" else settings.TORUS_GID_RANGE
+    with transaction.atomic():
+        counter = IdCounter.objects.select_for_update().filter(name=kind).first()
+        if counter is None:
+            seen = directory().highest(kind, low=low, high=high)
+            try:
+                with transaction.atomic():
+                    IdCounter.objects.create(name=kind, next_value=max(low, (seen or 0) + 1))
+            except IntegrityError:
+                pass  # created meanwhile by another process
+            counter = IdCounter.objects.select_for_update().get(name=kind)
+        number = counter.next_value
+        while _number_known(kind, number):
+            number += 1
+        if number > high:
+            raise IdentityError(f"the {kind} range {low}-{high} is used up")
+        counter.next_value = number + 1
+        counter.save(update_fields=["next_value"])
+    return number
+
+
+def _number_known(kind: str, number: int) -> bool:
+    try:
+        (pwd.getpwuid if kind == "uid" else grp.getgrgid)(number)
+    except KeyError:
+        return False
+    return True
+
+
+def _check_name(name: str) -> None:
+    if not POSIX_NAME_RE.match(name):
+        raise IdentityError(f"{name!r} is not a valid POSIX name")
+
+
+def account_ensure(*, user, password: str | None = None) -> PosixAccount:
+    """The person's POSIX account, made (or adopted from the directory) on first need. A
+    username that is not a valid POSIX name, or that a local account of this machine already
+    has (root, daemon, ...), gets the name u<uid> instead."""
+    account = PosixAccount.objects.filter(user=user).first()
+    if account is not None:
+        if password:
+            directory().set_password(name=account.name, password=password)
+        return account
+    name = user.username.lower()
+    found = directory().find_user(name) if POSIX_NAME_RE.match(name) else None
+    low, high = settings.TORUS_UID_RANGE
+    if found is not None and low <= found.number <= high:
+        group = directory().find_group(name)
+        account = PosixAccount(
+            user=user, name=name, uid=found.number, gid=group.number if group else found.number
+        )
+        if password:
+            directory().set_password(name=name, password=password)
+    else:
+        uid, gid = _allocate("uid"), _allocate("gid")
+        if found is not None or not POSIX_NAME_RE.match(name) or _name_taken(name):
+            name = f"u{uid}"
+        directory().add_user(
+            name=name,
+            uid=uid,
+            gid=gid,
+            full_name=user.get_full_name(),
+            email=user.email,
+            password=password,
+        )
+        account = PosixAccount(user=user, name=name, uid=uid, gid=gid)
+    try:
+        with transaction.atomic():
+            account.save()
+    except IntegrityError:  # made meanwhile by another dispatcher
+        return PosixAccount.objects.get(user=user)
+    return account
+
+
+def _name_taken(name: str) -> bool:
+    for lookup in (pwd.getpwnam, grp.getgrnam):
+        try:
+            lookup(name)
+        except KeyError:
+            continue
+        return True
+    return False
+
+
+def group_name(*, tenant: Tenant, project: Project | None = None) -> str:
+    """t-<tenant> and p-<tenant>_<project> (slugs hold no '_', so no two collide); a name
+    longer than POSIX allows is shortened with a hash of the slugs."""
+    name = f"p-{tenant.slug}_{project.slug}" if project else f"t-{tenant.slug}"
+    if len(name) <= 32:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{name[:23]}-{digest}"
+
+
+def group_ensure(*, tenant: Tenant, project: Project | None = None) -> PosixGroup:
+    """The tenant's (project=None) or the project's group."""
+    kind = GroupKind.PROJECT if project else GroupKind.TENANT
+    lookup = {"project": project} if project else {"tenant": tenant, "kind": kind}
+    group = PosixGroup.objects.filter(**lookup).first()
+    if group is not None:
+        return group
+    name = group_name(tenant=tenant, project=project)
+    _check_name(name)
+    found = directory().find_group(name)
+    if found is not None:
+        gid = found.number
+    else:
+        gid = _allocate("gid")
+        directory().add_group(name=name, gid=gid)
+    group = PosixGroup(kind=kind, tenant=tenant, project=project, name=name, gid=gid)
+    try:
+        with transaction.atomic():
+            group.save()
+    except IntegrityError:
+        return PosixGroup.objects.get(**lookup)
+    return group
+
+
+def group_members_add(*, group: PosixGroup, names: list[str]) -> None:
+    if set(names) <= set(group.members):
+        return
+    with transaction.atomic():
+        group = PosixGroup.objects.select_for_update().get(pk=group.pk)
+        missing = set(names) - set(group.members)
+        if not missing:
+            return
+        members = sorted(set(group.members) | missing)
+        directory().set_members(name=group.name, members=members)
+        group.members = members
+        group.save(update_fields=["members", "updated_at"])
+
+
+def member_remove(*, tenant: Tenant, user) -> None:
+    """A person leaves a tenant: out of its group and every one of its projects' groups, so
+    their jobs started from now on cannot reach the tenant's files."""
+    account = PosixAccount.objects.filter(user=user).first()
+    if account is None:
+        return
+    with transaction.atomic():
+        for group in PosixGroup.objects.select_for_update().filter(tenant=tenant):
+            if account.name in group.members:
+                group.members = [m for m in group.members if m != account.name]
+                directory().set_members(name=group.name, members=group.members)
+                group.save(update_fields=["members", "updated_at"])
+
+
+def user_resolves(*, name: str, uid: int) -> bool:
+    """The cluster's NSS maps the name to exactly this uid, inside the platform's range.
+    (A job submitted for a name that does not resolve would run as 'nobody' or, for a name a
+    local account holds, as that account.)"""
+    low, high = settings.TORUS_UID_RANGE
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return entry.pw_uid == uid and low <= uid <= high
+
+
+def job_identity(*, job, backend, cluster) -> JobIdentity:
+    """Everything a job needs to run as its submitter in its project: the account, the
+    tenant's and project's groups with the person in both, and the cluster association.
+    Raises DirectoryUnavailable (try later) or IdentityError (the job cannot run)."""
+    account = account_ensure(user=job.user)
+    tenant_group = group_ensure(tenant=job.tenant)
+    project_group = group_ensure(tenant=job.tenant, project=job.project)
+    group_members_add(group=tenant_group, names=[account.name])
+    group_members_add(group=project_group, names=[account.name])
+    if not user_resolves(name=account.name, uid=account.uid):
+        raise DirectoryUnavailable(
+            f"user {account.name} does not resolve to uid {account.uid} on the cluster yet"
+        )
+    if not ClusterAssociation.objects.filter(
+        cluster=cluster, account=project_group.name, user=account.name
+    ).exists():
+        backend.ensure_association(
+            user=account.name, account=project_group.name, parent=tenant_group.name
+        )
+        ClusterAssociation.objects.get_or_create(
+            cluster=cluster, account=project_group.name, user=account.name
+        )
+    return JobIdentity(
+        user=account.name,
+        uid=account.uid,
+        gid=project_group.gid,
+        group=project_group.name,
+        tenant_gid=tenant_group.gid,
+        account=project_group.name,
+        parent_account=tenant_group.name,
+    )
