@@ -1,8 +1,11 @@
-"""Writes for jobs: submit, cancel, restart, and the one function that changes a job's state."""
+"""Writes for jobs: submit, cancel, restart, and the one function that changes a job's state.
+
+Submit, cancel and restart authorise at their boundary with the policy module's `authorize()`
+(the same call the API layer makes), so a caller outside the API (a task, a command, the
+admin) cannot act beyond the actor's rights either."""
 
 import logging
 
-from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.utils import timezone
 
@@ -15,8 +18,8 @@ from apps.jobs.spec import normalise, totals
 from apps.jobs.states import TERMINAL, State, check_transition
 from apps.logs.live import publish_states
 from apps.tenancy.audit import audit_event, audit_record
-from apps.tenancy.models import AuditEvent, Project, Role
-from apps.tenancy.policies import has_role
+from apps.tenancy.models import AuditEvent, Project
+from apps.tenancy.policies import authorize
 
 logger = logging.getLogger(__name__)
 
@@ -72,20 +75,6 @@ def events_record(*, events: list[JobEvent]) -> None:
     transaction.on_commit(lambda: publish_states(events=events))
 
 
-def _require_project_access(*, actor: Actor, project: Project) -> None:
-    if actor.read_only:
-        raise PermissionDenied("This access token is read-only.")
-    tenant_id = project.tenant_id
-    if has_role(actor, tenant_id=tenant_id, minimum=Role.ADMIN):
-        return
-    if (
-        has_role(actor, tenant_id=tenant_id, minimum=Role.MEMBER)
-        and project.members.filter(user=actor.user).exists()
-    ):
-        return
-    raise PermissionDenied(f"You need to be a member of project {project.slug} to run jobs in it.")
-
-
 def job_submit(*, actor: Actor, project: Project, spec: dict) -> Job:
     """Create a job from a validated spec, admit it if it fits, and dispatch after commit."""
     return job_submit_many(actor=actor, items=[(project, spec)])[0]
@@ -100,7 +89,9 @@ def job_submit_many(*, actor: Actor, items: list[tuple[Project, dict]]) -> list[
     from apps.jobs.admission import admit_tenant  # admission imports this module
 
     for project in {project.pk: project for project, _ in items}.values():
-        _require_project_access(actor=actor, project=project)
+        authorize(
+            actor, resource="job", action="create", tenant_id=project.tenant_id, target=project
+        )
     placements: dict[str, tuple] = {}
     jobs = []
     for project, raw in items:
@@ -198,23 +189,11 @@ def attempts_open(*, jobs: list[Job], reason: str = "") -> list[JobAttempt]:
     return attempts
 
 
-def _authorize_job_action(*, actor: Actor, job: Job) -> None:
-    if actor.read_only:
-        raise PermissionDenied("This access token is read-only.")
-    if job.user_id == actor.user.pk and has_role(
-        actor, tenant_id=job.tenant_id, minimum=Role.MEMBER
-    ):
-        return
-    if has_role(actor, tenant_id=job.tenant_id, minimum=Role.ADMIN):
-        return
-    raise PermissionDenied("Only the job's owner or a tenant admin can do that.")
-
-
 def job_cancel(*, actor: Actor, job: Job) -> Job:
     """Cancel a job: at once if it never reached the backend, else through the backend."""
     from apps.jobs.tasks import cancel_backend_jobs
 
-    _authorize_job_action(actor=actor, job=job)
+    authorize(actor, resource="job", action="cancel", tenant_id=job.tenant_id, target=job)
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=job.pk)
         if job.state in TERMINAL:
@@ -242,7 +221,7 @@ def job_restart(*, actor: Actor, job: Job) -> Job:
     """Run a finished job again (from its latest checkpoint), through admission."""
     from apps.jobs.admission import admit_tenant  # admission imports this module
 
-    _authorize_job_action(actor=actor, job=job)
+    authorize(actor, resource="job", action="restart", tenant_id=job.tenant_id, target=job)
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=job.pk)
         if job.state not in TERMINAL:

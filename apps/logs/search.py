@@ -22,7 +22,7 @@ from apps.core.actor import Actor
 from apps.jobs.models import Job, JobAttempt
 from apps.logs.es import client, index_pattern
 from apps.tenancy.models import Project, Tenant
-from apps.tenancy.policies import allowed, authorize
+from apps.tenancy.policies import authorize, authorize_any
 
 logger = logging.getLogger(__name__)
 
@@ -179,7 +179,7 @@ def log_context(*, actor: Actor, hit_id: str, before: int = 10, after: int = 10)
     if attempt is None:
         return None
     tenant = attempt.job.tenant
-    authorize(actor, resource="logs", action="read", tenant_id=tenant.id)
+    authorize(actor, resource="logs", action="context", tenant_id=tenant.id)
 
     indices = index_pattern(tenant.slug)
     same_stream = [
@@ -253,16 +253,10 @@ def decode_cursor(token: str) -> list:
 
 
 def _tenant_scope(actor: Actor) -> dict:
-    """{tenant id: slug} of the actor's tenants where it may read logs."""
-    tenants = dict(Tenant.objects.visible_to(actor).values_list("id", "slug"))
-    scope = {
-        tenant_id: slug
-        for tenant_id, slug in tenants.items()
-        if allowed(actor, resource="logs", action="read", tenant_id=tenant_id)
-    }
-    if tenants and not scope:  # a member somewhere, allowed nowhere: say why
-        authorize(actor, resource="logs", action="read", tenant_id=next(iter(tenants)))
-    return scope
+    """{tenant id: slug} of the actor's tenants where it may search logs (PermissionDenied if
+    it belongs to tenants but may search in none)."""
+    allowed_ids = authorize_any(actor, resource="logs", action="search")
+    return dict(Tenant.objects.filter(pk__in=allowed_ids).values_list("id", "slug"))
 
 
 def _object_filters(actor: Actor, scope: dict, *, project, job, attempt) -> tuple[list, dict]:

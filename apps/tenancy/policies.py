@@ -1,6 +1,17 @@
-"""Who may do what: the role matrix, in one table (docs/access.md renders the same table)."""
+"""Who may do what, in one module: the role matrix, the rules finer than a role, and the
+resources that are not tenant data. docs/access.md renders the same table.
+
+Applied to every API action by one layer (apps/core/api/permissions.py::MatrixPermission, a
+default DRF permission class) and called by the jobs services at their boundary, through the
+same `authorize()`; no view or service writes its own role check.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from django.core.exceptions import PermissionDenied
+from django.db.models import Q
 
 from apps.core.actor import Actor
 from apps.tenancy.models import ROLE_RANK, Role
@@ -26,9 +37,12 @@ MATRIX: dict[tuple[str, str], Role] = {
     ("token", "delete"): Role.VIEWER,
     ("token", "manage-others"): Role.ADMIN,
     ("audit-event", "read"): Role.ADMIN,
-    # Jobs: members run them in projects they belong to (checked by the jobs service too);
-    # their owner or an admin cancels and restarts them.
+    # Jobs: members run them in projects they belong to, and cancel and restart their own
+    # (the rules below); admins and owners do all of it in every project. "create" covers one
+    # job and a batch.
     ("job", "read"): Role.VIEWER,
+    ("job", "logs"): Role.VIEWER,  # its output file, and the live view /ws/jobs/{id}/
+    ("job", "metrics"): Role.VIEWER,
     ("job", "create"): Role.MEMBER,
     ("job", "cancel"): Role.MEMBER,
     ("job", "restart"): Role.MEMBER,
@@ -37,12 +51,31 @@ MATRIX: dict[tuple[str, str], Role] = {
     ("quota", "update"): Role.ADMIN,
     ("quota", "delete"): Role.ADMIN,
     ("usage", "read"): Role.VIEWER,
-    ("logs", "read"): Role.VIEWER,
+    ("usage", "export"): Role.VIEWER,
+    ("logs", "search"): Role.VIEWER,
+    ("logs", "context"): Role.VIEWER,
     ("failure-signature", "read"): Role.VIEWER,
+    ("failure-signature", "stats"): Role.VIEWER,
     ("failure-signature", "create"): Role.ADMIN,
     ("failure-signature", "update"): Role.ADMIN,
     ("failure-signature", "delete"): Role.ADMIN,
 }
+
+# Actions that only read: the only ones a read-only token may do.
+READ_ACTIONS = frozenset({"read", "logs", "metrics", "export", "search", "context", "stats"})
+
+# Not tenant data: every signed-in user may do these (clusters, nodes and accelerator types are
+# platform infrastructure, written by operators in /admin/; "account" is the caller's own
+# session: who am I, sign out).
+SIGNED_IN: frozenset[tuple[str, str]] = frozenset(
+    {
+        ("cluster", "read"),
+        ("node", "read"),
+        ("accelerator-type", "read"),
+        ("account", "read"),
+        ("account", "logout"),
+    }
+)
 
 
 def has_role(actor: Actor, *, tenant_id, minimum: Role) -> bool:
@@ -50,17 +83,114 @@ def has_role(actor: Actor, *, tenant_id, minimum: Role) -> bool:
     return role is not None and ROLE_RANK[Role(role)] >= ROLE_RANK[minimum]
 
 
-def allowed(actor: Actor, *, resource: str, action: str, tenant_id) -> bool:
-    if action != "read" and actor.read_only:
+# -- rules finer than a tenant role ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A named rule on one object (the target), checked after the matrix allowed the role."""
+
+    check: Callable[[Actor, Any], bool]
+    message: str
+
+
+RULES: dict[tuple[str, str], Rule] = {}
+
+
+def _rule(*keys: tuple[str, str], message: str):
+    def register(check: Callable[[Actor, Any], bool]):
+        for key in keys:
+            RULES[key] = Rule(check=check, message=message)
+        return check
+
+    return register
+
+
+@_rule(
+    ("job", "create"), message="You need to be a member of project {target.slug} to run jobs in it."
+)
+def runs_jobs_in_project(actor: Actor, project) -> bool:
+    """Members run jobs in the projects they belong to; admins and owners in every project."""
+    if has_role(actor, tenant_id=project.tenant_id, minimum=Role.ADMIN):
+        return True
+    return project.members.filter(user_id=actor.user.pk).exists()
+
+
+@_rule(
+    ("job", "cancel"),
+    ("job", "restart"),
+    message="Only the job's owner or a tenant admin can do that.",
+)
+def owns_job_or_admin(actor: Actor, job) -> bool:
+    """Members cancel and restart their own jobs; admins and owners anyone's."""
+    return job.user_id == actor.user.pk or has_role(
+        actor, tenant_id=job.tenant_id, minimum=Role.ADMIN
+    )
+
+
+@_rule(
+    ("token", "read"),
+    ("token", "delete"),
+    message="Only the token's owner or a tenant admin can do that.",
+)
+def owns_token_or_manages(actor: Actor, token) -> bool:
+    """Everyone manages their own tokens; admins and owners everyone's in their tenant."""
+    return token.user_id == actor.user.pk or allowed(
+        actor, resource="token", action="manage-others", tenant_id=token.tenant_id
+    )
+
+
+def token_rows(actor: Actor) -> Q:
+    """The tokens an actor may see at all (others' are a 404 below admin): theirs, and every
+    token of the tenants where they manage others'."""
+    managed = tenants_allowed(actor, resource="token", action="manage-others")
+    return Q(user_id=actor.user.pk) | Q(tenant_id__in=managed)
+
+
+# Resources whose rows are narrower than the tenant: resource -> Q over the rows.
+ROW_FILTERS: dict[str, Callable[[Actor], Q]] = {"token": token_rows}
+
+
+# -- the decision ------------------------------------------------------------------------------
+
+
+def allowed(actor: Actor, *, resource: str, action: str, tenant_id, target: Any = None) -> bool:
+    try:
+        authorize(actor, resource=resource, action=action, tenant_id=tenant_id, target=target)
+    except PermissionDenied:
         return False
-    return has_role(actor, tenant_id=tenant_id, minimum=MATRIX[(resource, action)])
+    return True
 
 
-def authorize(actor: Actor, *, resource: str, action: str, tenant_id) -> None:
-    if actor.read_only and action != "read":
+def authorize(actor: Actor, *, resource: str, action: str, tenant_id, target: Any = None) -> None:
+    """Raise PermissionDenied unless `actor` may do (resource, action) in the tenant: the
+    read-only token check, the matrix, then the resource's finer rule on `target` (the object,
+    or for a create the project or tenant it names) when there is one."""
+    if actor.read_only and action not in READ_ACTIONS:
         raise PermissionDenied("This access token is read-only.")
-    if not allowed(actor, resource=resource, action=action, tenant_id=tenant_id):
-        needed = MATRIX[(resource, action)].value
+    needed = MATRIX[(resource, action)]
+    if not has_role(actor, tenant_id=tenant_id, minimum=needed):
         raise PermissionDenied(
-            f"You need the {needed} role in this tenant to {action} {resource}s."
+            f"You need the {needed.value} role in this tenant to {action} {resource}s."
         )
+    rule = RULES.get((resource, action))
+    if rule is not None and target is not None and not rule.check(actor, target):
+        raise PermissionDenied(rule.message.format(target=target))
+
+
+def tenants_allowed(actor: Actor, *, resource: str, action: str) -> list:
+    """The actor's tenants where the role allows (resource, action): what a list shows."""
+    return [
+        tenant_id
+        for tenant_id in actor.tenant_ids
+        if allowed(actor, resource=resource, action=action, tenant_id=tenant_id)
+    ]
+
+
+def authorize_any(actor: Actor, *, resource: str, action: str) -> list:
+    """For an action over all the actor's tenants (a list, a search, a report): the tenants
+    where it is allowed; PermissionDenied when the actor has tenants and none allows it."""
+    tenants = tenants_allowed(actor, resource=resource, action=action)
+    if actor.tenant_ids and not tenants:
+        authorize(actor, resource=resource, action=action, tenant_id=actor.tenant_ids[0])
+    return tenants

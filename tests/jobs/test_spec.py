@@ -124,8 +124,9 @@ def test_members_outside_the_project_cannot_submit_there(acme, cluster):
 
 def test_another_tenants_project_is_not_found(acme, globex, cluster):
     response = globex.client(Role.OWNER).post(reverse("job-list"), minimal(acme.project))
-    assert response.status_code == 400
-    assert response.json()["error"]["fields"] == {"project": ["Project not found."]}
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "not_found"
+    assert Job.objects.count() == 0
 
 
 def test_script_bodies_and_durations_normalise():
@@ -173,8 +174,8 @@ def test_a_batch_respects_quotas_and_access(acme, globex, cluster):
     response = globex.client(Role.OWNER).post(
         reverse("job-batch"), {"jobs": [minimal(acme.project)]}
     )
-    assert response.status_code == 400
-    assert response.json()["error"]["fields"]["jobs"] == {"0": {"project": ["Project not found."]}}
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "not_found"
     assert (
         acme.client(Role.VIEWER)
         .post(reverse("job-batch"), {"jobs": [minimal(acme.project)]})

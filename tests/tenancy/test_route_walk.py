@@ -160,3 +160,62 @@ def test_a_bad_token_is_401_not_anonymous(acme):
     response = bearer_client("tor_not-a-real-token").get(reverse("project-list"))
     assert response.status_code == 401
     assert response.json()["error"]["message"] == "Invalid token."
+
+
+# Creates and batch submits name their tenant or project in the body: another tenant's is a 404.
+CREATE_BODIES = {
+    "job-list": lambda acme: {"project": str(acme.project.pk), "name": "x", "command": ["true"]},
+    "job-batch": lambda acme: {
+        "jobs": [{"project": str(acme.project.pk), "name": "x", "command": ["true"]}]
+    },
+    "project-member-list": lambda acme: {
+        "project": str(acme.project.pk),
+        "user": acme.users[Role.VIEWER].username,
+    },
+}
+
+
+def _tenant_body(name, acme) -> dict:
+    body = {"tenant": acme.tenant.slug, "name": "intruder", "slug": "intruder", "query": "x"}
+    if name == "quota-list":
+        body["gpus"] = 1
+    return body
+
+
+@pytest.mark.django_db
+def test_other_tenant_gets_404_when_a_write_names_acme(acme, globex, cluster):
+    """Every POST route without a pk (create, batch) resolves the tenant or project its body
+    names among the caller's own before anything else: acme's is a 404 to globex's owner."""
+    acme_objects(acme, cluster)
+    before = acme_state(acme)
+    intruder = globex.client(Role.OWNER)
+    checked = []
+    for name, takes_pk in api_route_names():
+        if takes_pk or name.startswith("auth-"):
+            continue
+        body = CREATE_BODIES.get(name, lambda a, n=name: _tenant_body(n, a))(acme)
+        response = intruder.post(reverse(name), body, format="json")
+        if response.status_code == 405:
+            continue
+        assert response.status_code == 404, (name, response.status_code, response.content)
+        assert response.json()["error"]["code"] == "not_found"
+        checked.append(name)
+    assert {"job-list", "job-batch", "project-list", "token-list", "quota-list"} <= set(checked)
+    assert acme_state(acme) == before
+
+
+@pytest.mark.django_db
+def test_other_tenant_gets_404_on_every_custom_action(acme, globex, cluster):
+    """The custom object actions (cancel, restart, logs, metrics) on acme's job: 404, never 403."""
+    job = make_job(project=acme.project, user=acme.users[Role.MEMBER], cluster=cluster)
+    intruder = globex.client(Role.OWNER)
+    for action, method in [
+        ("cancel", "post"),
+        ("restart", "post"),
+        ("logs", "get"),
+        ("metrics", "get"),
+    ]:
+        response = getattr(intruder, method)(reverse(f"job-{action}", kwargs={"pk": job.pk}))
+        assert response.status_code == 404, (action, response.status_code)
+    job.refresh_from_db()
+    assert job.state == "PENDING" and not job.cancel_requested

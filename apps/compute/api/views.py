@@ -76,6 +76,7 @@ class NodeFilter(django_filters.FilterSet):
 
 
 class ClusterViewSet(viewsets.ReadOnlyModelViewSet):
+    resource = "cluster"  # platform infrastructure: every signed-in user reads (policies.SIGNED_IN)
     queryset = Cluster.objects.prefetch_related("partitions")
     serializer_class = ClusterSerializer
     filterset_fields = ["backend", "name"]
@@ -83,6 +84,7 @@ class ClusterViewSet(viewsets.ReadOnlyModelViewSet):
 
 
 class NodeViewSet(viewsets.ReadOnlyModelViewSet):
+    resource = "node"
     queryset = Node.objects.select_related("cluster")
     serializer_class = NodeSerializer
     filterset_class = NodeFilter
@@ -90,6 +92,7 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
 
 
 class AcceleratorTypeViewSet(viewsets.ReadOnlyModelViewSet):
+    resource = "accelerator-type"
     queryset = AcceleratorType.objects.all()
     serializer_class = AcceleratorTypeSerializer
     ordering_fields = ["name", "created_at"]

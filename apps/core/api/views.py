@@ -2,22 +2,10 @@
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import viewsets
-from rest_framework.permissions import SAFE_METHODS
 
 from apps.core.actor import Actor
+from apps.core.api.permissions import matrix_action, restrict
 from apps.tenancy.access import actor_for, client_ip
-from apps.tenancy.policies import authorize
-
-ACTION_VERBS = {
-    "list": "read",
-    "retrieve": "read",
-    "create": "create",
-    "batch": "create",
-    "stats": "read",
-    "update": "update",
-    "partial_update": "update",
-    "destroy": "delete",
-}
 
 
 class PatchOnlyMixin:
@@ -29,13 +17,21 @@ class PatchOnlyMixin:
 
 
 class TenantScopedViewSet(viewsets.GenericViewSet):
-    """Subclasses set `queryset` (a TenantModel queryset) and `resource` (a policy name).
+    """Subclasses set `queryset` (a TenantModel queryset) and `resource` (a policy name); a
+    custom action names its matrix action: `@action(..., policy_action="cancel")`.
 
-    get_queryset() always applies TenantQuerySet.visible_to(actor), so another tenant's object
-    is a 404; check_object_permissions() applies the role matrix to the object's tenant.
+    Authorisation is apps/core/api/permissions.py::MatrixPermission (every view has it):
+    get_queryset() restricts rows to what the actor may see (another tenant's object is a 404);
+    objects are checked against the matrix and the finer rules; a create's tenant or project
+    (`scope_field`, per item of `scope_items` for a batch) is resolved and checked before the
+    view runs, and handed to it as `write_scopes`.
     """
 
     resource: str = ""
+    policy_action: str | None = None
+    scope_field: str = "tenant"
+    scope_items: str | None = None
+    write_scopes: list = []
 
     @property
     def actor(self) -> Actor:
@@ -45,18 +41,21 @@ class TenantScopedViewSet(viewsets.GenericViewSet):
     def ip(self) -> str | None:
         return client_ip(self.request)
 
-    def get_queryset(self):
-        return super().get_queryset().visible_to(self.actor)
+    @property
+    def write_scope(self):
+        """The one tenant or project a (single) create names, checked by the layer."""
+        (scope,) = self.write_scopes
+        return scope
 
-    def verb(self) -> str:
-        """The policy action of this request: CRUD verbs, "read" for any other safe request,
-        else the custom action's own name (e.g. "cancel")."""
-        if self.action in ACTION_VERBS:
-            return ACTION_VERBS[self.action]
-        return "read" if self.request.method in SAFE_METHODS else (self.action or "read")
-
-    def check_object_permissions(self, request, obj):
-        super().check_object_permissions(request, obj)
-        authorize(
-            self.actor, resource=self.resource, action=self.verb(), tenant_id=obj.tenant_id_value
+    def restrict(self, queryset):
+        """Rows of any tenant model this action may show (for a view's secondary queries)."""
+        return restrict(
+            queryset,
+            actor=self.actor,
+            resource=self.resource,
+            action=matrix_action(self, self.request),
+            listing=not self.detail,
         )
+
+    def get_queryset(self):
+        return self.restrict(super().get_queryset())

@@ -1,6 +1,5 @@
 """Job endpoints: submit (JSON or YAML), list with filters, detail, cancel, restart."""
 
-from django.core.exceptions import ValidationError
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status
@@ -27,11 +26,11 @@ from apps.jobs.models import Job
 from apps.jobs.selectors import read_log_chunk
 from apps.jobs.spec import JobSpecSerializer
 from apps.logs.selectors import job_metric_series
-from apps.tenancy.models import Project
 
 
 class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet):
     resource = "job"
+    scope_field = "project"  # a submit names its project (a batch, one per job)
     queryset = Job.objects.select_related("project", "user", "cluster")
     serializer_class = JobSerializer
     filterset_class = JobFilter
@@ -51,15 +50,13 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedV
     def create(self, request, *args, **kwargs):
         spec = JobSpecSerializer(data=request.data)
         spec.is_valid(raise_exception=True)
-        data = dict(spec.validated_data)
-        project = Project.objects.visible_to(self.actor).filter(pk=data["project"]).first()
-        if project is None:
-            raise ValidationError({"project": ["Project not found."]})
-        job = services.job_submit(actor=self.actor, project=project, spec=data)
+        job = services.job_submit(
+            actor=self.actor, project=self.write_scope, spec=dict(spec.validated_data)
+        )
         return Response(JobDetailSerializer(job).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=JobBatchSerializer, responses={201: JobBatchResultSerializer})
-    @action(detail=False, methods=["post"])
+    @action(detail=False, methods=["post"], policy_action="create", scope_items="jobs")
     def batch(self, request):
         """Submit up to 1000 jobs in one request (a sweep): all are created or none."""
         envelope = JobBatchSerializer(data=request.data)
@@ -73,18 +70,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedV
                 errors[str(index)] = spec.errors
         if errors:
             raise DRFValidationError({"jobs": errors})
-        projects = (
-            Project.objects.visible_to(self.actor)
-            .select_related("tenant")
-            .in_bulk({spec["project"] for spec in specs})
-        )
-        missing = {
-            str(i): {"project": ["Project not found."]}
-            for i, spec in enumerate(specs)
-            if spec["project"] not in projects
-        }
-        if missing:
-            raise DRFValidationError({"jobs": missing})
+        projects = {project.pk: project for project in self.write_scopes}
         jobs = services.job_submit_many(
             actor=self.actor, items=[(projects[spec["project"]], spec) for spec in specs]
         )
@@ -93,7 +79,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedV
         )
 
     @extend_schema(request=None, responses=JobDetailSerializer)
-    @action(detail=True, methods=["post"])
+    @action(detail=True, methods=["post"], policy_action="cancel")
     def cancel(self, request, pk=None):
         job = services.job_cancel(actor=self.actor, job=self.get_object())
         return Response(JobDetailSerializer(job).data)
@@ -107,7 +93,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedV
         ],
         responses=LogChunkSerializer,
     )
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], policy_action="logs")
     def logs(self, request, pk=None):
         """A chunk of an attempt's output file; poll with `next_offset` to follow it."""
         job = self.get_object()
@@ -123,7 +109,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedV
         ],
         responses=MetricSeriesSerializer,
     )
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], policy_action="metrics")
     def metrics(self, request, pk=None):
         """The training metrics the job reported, as series for charts."""
         job = self.get_object()
@@ -136,7 +122,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedV
         return Response({"series": series})
 
     @extend_schema(request=None, responses=JobDetailSerializer)
-    @action(detail=True, methods=["post"])
+    @action(detail=True, methods=["post"], policy_action="restart")
     def restart(self, request, pk=None):
         job = services.job_restart(actor=self.actor, job=self.get_object())
         return Response(JobDetailSerializer(job).data)

@@ -11,8 +11,6 @@ from apps.core.api.serializers import StrictModelSerializer
 from apps.core.api.views import PatchOnlyMixin, TenantScopedViewSet
 from apps.logs import services
 from apps.logs.models import FailureSignature, SignatureMatch
-from apps.tenancy.policies import authorize
-from apps.tenancy.selectors import tenant_for_write
 
 
 class FailureSignatureSerializer(StrictModelSerializer):
@@ -46,10 +44,12 @@ class FailureSignatureViewSet(
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        tenant = tenant_for_write(actor=self.actor, ref=data.get("tenant"))
-        authorize(self.actor, resource=self.resource, action="create", tenant_id=tenant.id)
         signature = services.signature_create(
-            actor=self.actor, tenant=tenant, name=data["name"], query=data["query"], ip=self.ip
+            actor=self.actor,
+            tenant=self.write_scope,
+            name=data["name"],
+            query=data["query"],
+            ip=self.ip,
         )
         return Response(self.get_serializer(signature).data, status=status.HTTP_201_CREATED)
 
@@ -74,12 +74,12 @@ class FailureSignatureViewSet(
         ],
         responses=SignatureStatSerializer(many=True),
     )
-    @action(detail=False, methods=["get"])
+    @action(detail=False, methods=["get"], policy_action="stats")
     def stats(self, request):
         """How many jobs (and attempts) matched each signature in a period."""
         params = StatsQuerySerializer(data=request.query_params)
         params.is_valid(raise_exception=True)
-        matches = SignatureMatch.objects.visible_to(self.actor)
+        matches = self.restrict(SignatureMatch.objects.all())
         if params.validated_data.get("since"):
             matches = matches.filter(attempt__ended_at__gte=params.validated_data["since"])
         if params.validated_data.get("until"):

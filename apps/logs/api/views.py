@@ -35,6 +35,8 @@ class LogSearchUnavailable(exceptions.APIException):
 class LogSearchView(APIView):
     """Search the log lines of every job in your tenants, newest first."""
 
+    resource, policy_action = "logs", "search"
+
     @extend_schema(
         parameters=[LogSearchQuerySerializer],
         responses={200: LogSearchResultSerializer, 503: UNAVAILABLE_RESPONSE},
@@ -68,6 +70,8 @@ class LogSearchView(APIView):
 
 class LogContextView(APIView):
     """The lines before and after a search hit, in the same attempt and stream."""
+
+    resource, policy_action = "logs", "context"
 
     @extend_schema(
         parameters=[LogContextQuerySerializer],

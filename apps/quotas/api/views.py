@@ -18,8 +18,7 @@ from apps.quotas.models import Quota
 from apps.quotas.selectors import usage_summary
 from apps.tenancy.access import actor_for
 from apps.tenancy.models import Membership, Project
-from apps.tenancy.policies import authorize
-from apps.tenancy.selectors import tenant_for_write, user_by_username
+from apps.tenancy.selectors import user_by_username
 
 LIMIT_FIELDS = ["gpus", "cpus", "memory_mb", "running_jobs", "gpu_hours_per_month"]
 
@@ -71,8 +70,8 @@ class QuotaViewSet(
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = dict(serializer.validated_data)
-        tenant = tenant_for_write(actor=self.actor, ref=data.pop("tenant", None))
-        authorize(self.actor, resource=self.resource, action="create", tenant_id=tenant.id)
+        data.pop("tenant", None)
+        tenant = self.write_scope
         project = None
         if data.get("project_id"):
             project = Project.objects.filter(tenant=tenant, pk=data["project_id"]).first()
@@ -126,11 +125,8 @@ class UsageRowSerializer(serializers.Serializer):
 
 
 def _usage_rows(request) -> list[dict]:
-    actor = actor_for(request)
-    for tenant_id in actor.tenant_ids:
-        authorize(actor, resource="usage", action="read", tenant_id=tenant_id)
     return usage_summary(
-        actor=actor,
+        actor=actor_for(request),
         period=request.query_params.get("period"),
         group_by=request.query_params.get("group_by", "project"),
     )
@@ -139,6 +135,8 @@ def _usage_rows(request) -> list[dict]:
 class UsageView(APIView):
     """GPU- and CPU-hours per period from the usage ledger."""
 
+    resource, policy_action = "usage", "read"
+
     @extend_schema(parameters=USAGE_PARAMETERS, responses=UsageRowSerializer(many=True))
     def get(self, request):
         return Response({"results": _usage_rows(request)})
@@ -146,6 +144,8 @@ class UsageView(APIView):
 
 class UsageExportView(APIView):
     """The same report as CSV."""
+
+    resource, policy_action = "usage", "export"
 
     @extend_schema(parameters=USAGE_PARAMETERS, responses={(200, "text/csv"): OpenApiTypes.STR})
     def get(self, request):

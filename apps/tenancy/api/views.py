@@ -1,8 +1,6 @@
 """Tenancy endpoints: tenants, memberships, projects, project members, tokens, audit events."""
 
 from django.contrib.auth import authenticate, login, logout
-from django.core.exceptions import ValidationError
-from django.db.models import Q
 from django.middleware.csrf import CsrfViewMiddleware, get_token
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import mixins, serializers, status
@@ -37,8 +35,7 @@ from apps.tenancy.models import (
     ProjectMember,
     Tenant,
 )
-from apps.tenancy.policies import MATRIX, allowed, authorize, has_role
-from apps.tenancy.selectors import tenant_for_write, user_by_username
+from apps.tenancy.selectors import user_by_username
 
 
 class _ReadMixin(mixins.ListModelMixin, mixins.RetrieveModelMixin):
@@ -74,11 +71,9 @@ class MembershipViewSet(PatchOnlyMixin, _ReadMixin, TenantScopedViewSet):
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        tenant = tenant_for_write(actor=self.actor, ref=data.get("tenant"))
-        authorize(self.actor, resource=self.resource, action="create", tenant_id=tenant.id)
         membership = services.membership_create(
             actor=self.actor,
-            tenant=tenant,
+            tenant=self.write_scope,
             user=user_by_username(username=data["user"]),
             role=data["role"],
             ip=self.ip,
@@ -114,9 +109,10 @@ class ProjectViewSet(PatchOnlyMixin, _ReadMixin, TenantScopedViewSet):
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        tenant = tenant_for_write(actor=self.actor, ref=data.pop("tenant", None))
-        authorize(self.actor, resource=self.resource, action="create", tenant_id=tenant.id)
-        project = services.project_create(actor=self.actor, tenant=tenant, ip=self.ip, **data)
+        data.pop("tenant", None)
+        project = services.project_create(
+            actor=self.actor, tenant=self.write_scope, ip=self.ip, **data
+        )
         return Response(self.get_serializer(project).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=ProjectUpdateSerializer, responses=ProjectSerializer)
@@ -136,6 +132,7 @@ class ProjectViewSet(PatchOnlyMixin, _ReadMixin, TenantScopedViewSet):
 
 class ProjectMemberViewSet(_ReadMixin, TenantScopedViewSet):
     resource = "project-member"
+    scope_field = "project"
     queryset = ProjectMember.objects.select_related("user", "project")
     serializer_class = ProjectMemberSerializer
     filterset_class = filters.ProjectMemberFilter
@@ -145,10 +142,7 @@ class ProjectMemberViewSet(_ReadMixin, TenantScopedViewSet):
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        project = Project.objects.visible_to(self.actor).filter(pk=data["project_id"]).first()
-        if project is None:
-            raise ValidationError({"project": ["Project not found."]})
-        authorize(self.actor, resource=self.resource, action="create", tenant_id=project.tenant_id)
+        project = self.write_scope
         member = services.project_member_add(
             actor=self.actor,
             project=project,
@@ -171,25 +165,15 @@ class AccessTokenViewSet(_ReadMixin, TenantScopedViewSet):
     filterset_class = filters.AccessTokenFilter
     ordering_fields = ["created_at", "last_used_at", "name"]
 
-    def get_queryset(self):
-        queryset = super().get_queryset()
-        manager = MATRIX[("token", "manage-others")]
-        managed = [
-            t for t in self.actor.tenant_ids if has_role(self.actor, tenant_id=t, minimum=manager)
-        ]
-        return queryset.filter(Q(user=self.request.user) | Q(tenant_id__in=managed))
-
     @extend_schema(responses={201: AccessTokenCreatedSerializer})
     def create(self, request, *args, **kwargs):
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        tenant = tenant_for_write(actor=self.actor, ref=data.get("tenant"))
-        authorize(self.actor, resource=self.resource, action="create", tenant_id=tenant.id)
         token, plaintext = services.token_create(
             actor=self.actor,
             user=request.user,
-            tenant=tenant,
+            tenant=self.write_scope,
             name=data["name"],
             read_only=data.get("read_only", False),
             expires_at=data.get("expires_at"),
@@ -212,16 +196,6 @@ class AuditEventViewSet(_ReadMixin, TenantScopedViewSet):
     serializer_class = AuditEventSerializer
     filterset_class = filters.AuditEventFilter
     ordering_fields = ["created_at", "action"]
-
-    def get_queryset(self):
-        readable = [
-            tenant_id
-            for tenant_id in self.actor.tenant_ids
-            if allowed(self.actor, resource=self.resource, action="read", tenant_id=tenant_id)
-        ]
-        if self.action == "list" and self.actor.tenant_ids and not readable:
-            raise PermissionDenied("You need the admin role to read the audit log.")
-        return super().get_queryset().filter(tenant_id__in=readable)
 
 
 class CsrfView(APIView):
@@ -259,6 +233,8 @@ class LoginView(APIView):
 
 
 class LogoutView(APIView):
+    resource, policy_action = "account", "logout"
+
     @extend_schema(request=None, responses={204: None})
     def post(self, request):
         logout(request._request)
@@ -267,6 +243,8 @@ class LogoutView(APIView):
 
 class MeView(APIView):
     """Who you are, your tenants and roles, and the token in use."""
+
+    resource, policy_action = "account", "read"
 
     @extend_schema(responses=MeSerializer)
     def get(self, request):
