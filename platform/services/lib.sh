@@ -276,6 +276,7 @@ torus_port_open() {
 torus_lock() {
   torus_ensure_dirs
   exec 9>"$TORUS_RUN_DIR/$1.lock"
+  chmod go-rw "$TORUS_RUN_DIR/$1.lock"   # a job could hold an open lock file's flock
   flock -w 300 9 || torus_die "$1: could not get $TORUS_RUN_DIR/$1.lock within 300s"
 }
 
@@ -311,11 +312,11 @@ torus_available_components() {
 }
 
 # torus_components NAME... : sets the array TORUS_COMPONENTS to the arguments, or else
-# to ${TORUS_SERVICES:-ldap postgres redis elasticsearch slurm}; dies on a name without a script.
+# to ${TORUS_SERVICES:-firewall ldap postgres redis elasticsearch slurm}; dies on a name without a script.
 torus_components() {
   local names=("$@") name available
   if ((${#names[@]} == 0)); then
-    read -r -a names <<<"${TORUS_SERVICES:-ldap postgres redis elasticsearch slurm}"
+    read -r -a names <<<"${TORUS_SERVICES:-firewall ldap postgres redis elasticsearch slurm}"
   fi
   for name in "${names[@]}"; do
     if [[ ! $name =~ ^[a-z0-9][a-z0-9_-]*$ || ! -x $TORUS_SERVICES_DIR/components/$name ]]; then
