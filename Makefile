@@ -3,7 +3,9 @@ SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := help
 
-PYTHON ?= python3
+# Debian's own Python where there is one: the virtualenvs link to it, and the platform's
+# unprivileged account and jobs' users must be able to run it (a Python under /root is not).
+PYTHON ?= $(firstword $(wildcard /usr/bin/python3) python3)
 VENV := .venv
 BIN := $(VENV)/bin
 export TORUS_VAR_DIR ?= $(CURDIR)/.var
@@ -30,7 +32,15 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $@
 
-venv: $(BIN)/.installed
+# A virtualenv made with another interpreter (an older checkout's) is made again.
+define same-python
+[ ! -e $(1)/bin/python3 ] || [ "$$(readlink -f $(1)/bin/python3)" = "$$(readlink -f $(PYTHON))" ] || \
+	{ echo "remaking $(1) with $(PYTHON)"; rm -rf $(1); }
+endef
+
+venv:
+	@$(call same-python,$(VENV))
+	@$(MAKE) --no-print-directory $(BIN)/.installed
 
 # Where jobs' files live (outside .var, which jobs cannot read): the per-tenant job tree and a
 # shared read-only root; config/settings.py derives the same path from TORUS_VAR_DIR.
@@ -48,7 +58,9 @@ $(TORCH_VENV)/.installed:
 	$(TORCH_VENV)/bin/python -m pip install --quiet 'torch==2.13.0'
 	touch $@
 
-examples-venv: $(TORCH_VENV)/.installed
+examples-venv:
+	@$(call same-python,$(TORCH_VENV))
+	@$(MAKE) --no-print-directory $(TORCH_VENV)/.installed
 	rm -rf $(SHARED_ROOT)/examples.new
 	cp -r examples $(SHARED_ROOT)/examples.new
 	chmod -R u=rwX,go=rX $(SHARED_ROOT)/examples.new
