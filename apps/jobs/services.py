@@ -14,7 +14,7 @@ from apps.core.actor import Actor
 from apps.core.exceptions import Conflict
 from apps.jobs import paths
 from apps.jobs.models import ATTEMPT_ENDED, AttemptState, Job, JobAttempt, JobEvent
-from apps.jobs.spec import normalise, totals
+from apps.jobs.spec import normalise, paths_check, totals
 from apps.jobs.states import TERMINAL, State, check_transition
 from apps.logs.live import publish_states
 from apps.tenancy.audit import audit_event, audit_record
@@ -96,6 +96,7 @@ def job_submit_many(*, actor: Actor, items: list[tuple[Project, dict]]) -> list[
     jobs = []
     for project, raw in items:
         spec = normalise(raw)
+        paths_check(spec=spec, tenant=project.tenant)
         key = repr((spec["resources"], spec["environment"]["type"]))
         if key not in placements:
             placements[key] = choose_placement(
@@ -164,9 +165,7 @@ def attempts_open(*, jobs: list[Job], reason: str = "") -> list[JobAttempt]:
     for job in jobs:
         last = previous.get(job.pk)
         number = last["number"] + 1 if last else 1
-        directory = paths.attempt_dir(job, number)
-        directory.mkdir(parents=True, exist_ok=True)
-        paths.checkpoint_dir(job).mkdir(parents=True, exist_ok=True)
+        directory = paths.attempt_dir(job, number)  # made by the dispatcher, as the job's user
         latest = paths.latest_checkpoint(job.checkpoint_dir) if last else ""
         if latest and latest != job.latest_checkpoint:
             job.latest_checkpoint, job.latest_checkpoint_at = latest, timezone.now()
