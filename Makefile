@@ -26,7 +26,12 @@ help:
 	@echo "make lint   ruff check and ruff format --check"
 	@echo "make bench  run the benchmarks beside their peers (results in bench/results/)"
 
+# python-ldap (for django-auth-ldap) builds from source: a compiler and the OpenLDAP and SASL
+# headers, installed with apt-get when missing (as platform/services does).
+BUILD_DEPS := gcc python3-dev libldap2-dev libsasl2-dev
+
 $(BIN)/.installed: pyproject.toml
+	bash -c 'source platform/services/lib.sh && torus_apt_install $(BUILD_DEPS)'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'

@@ -186,9 +186,41 @@ TORUS_SHIPPER_RECENT_HOURS = env_int("TORUS_SHIPPER_RECENT_HOURS", 72, minimum=1
 TORUS_LOG_MAX_LINE = env_int("TORUS_LOG_MAX_LINE", 16 * 1024, minimum=256)
 # Live tail: lines per second one websocket viewer receives at most (beyond: a "skipped" notice).
 TORUS_LIVE_MAX_LINES_PER_SECOND = env_int("TORUS_LIVE_MAX_LINES_PER_SECOND", 5000, minimum=10)
+# Open websockets re-check their access this often (seconds), a backstop to the access-changed
+# messages services publish: expiry, a missed message. See docs/logs.md (close codes).
+TORUS_LIVE_ACCESS_RECHECK_SECONDS = env_int("TORUS_LIVE_ACCESS_RECHECK_SECONDS", 5, minimum=1)
 
 # Access tokens: last use is written at most this often (seconds), with an audit event.
 TORUS_TOKEN_USE_RECORD_INTERVAL = env_int("TORUS_TOKEN_USE_RECORD_INTERVAL", 60, minimum=0)
+
+# Sign-in: failed attempts per account and per address within the window lock that account or
+# address for the lockout (answered exactly like a wrong password; apps/tenancy/signin.py).
+TORUS_SIGNIN_ACCOUNT_FAILURES = env_int("TORUS_SIGNIN_ACCOUNT_FAILURES", 5, minimum=1)
+TORUS_SIGNIN_ADDRESS_FAILURES = env_int("TORUS_SIGNIN_ADDRESS_FAILURES", 20, minimum=1)
+TORUS_SIGNIN_WINDOW_SECONDS = env_int("TORUS_SIGNIN_WINDOW_SECONDS", 15 * 60, minimum=1)
+TORUS_SIGNIN_LOCKOUT_SECONDS = env_int("TORUS_SIGNIN_LOCKOUT_SECONDS", 15 * 60, minimum=1)
+
+# Sign-in against the directory (TORUS_LDAP_URL, TORUS_LDAP_BASE_DN above; people are
+# uid=<name>,ou=people,<base>; apps/tenancy/directory.py): tried first, then local accounts.
+TORUS_LDAP_ENABLED = env_bool("TORUS_LDAP_ENABLED", True)
+TORUS_LDAP_TIMEOUT = env_int("TORUS_LDAP_TIMEOUT", 3, minimum=1)  # seconds, connect and reply
+AUTHENTICATION_BACKENDS = [
+    *(["apps.tenancy.directory.TorusLDAPBackend"] if TORUS_LDAP_ENABLED else []),
+    "django.contrib.auth.backends.ModelBackend",
+]
+
+# Invitations: how long one stays valid, and the address its link points at.
+TORUS_INVITATION_SECONDS = env_int("TORUS_INVITATION_SECONDS", 7 * 24 * 3600, minimum=60)
+TORUS_PUBLIC_URL = env_str("TORUS_PUBLIC_URL", "http://127.0.0.1:8000")
+# E-mail (invitations): kept in memory by default, so nothing leaves the process and the admin
+# passes on the link from the create response; set the SMTP backend and host to mail it.
+EMAIL_BACKEND = env_str("TORUS_EMAIL_BACKEND", "django.core.mail.backends.locmem.EmailBackend")
+EMAIL_HOST = env_str("TORUS_EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("TORUS_EMAIL_PORT", 25, minimum=1)
+EMAIL_HOST_USER = env_str("TORUS_EMAIL_USER", "")
+EMAIL_HOST_PASSWORD = env_str("TORUS_EMAIL_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("TORUS_EMAIL_USE_TLS", False)
+DEFAULT_FROM_EMAIL = env_str("TORUS_EMAIL_FROM", "torus@localhost")
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

@@ -2,7 +2,15 @@
 
 from django.contrib import admin
 
-from apps.tenancy.models import AccessToken, AuditEvent, Membership, Project, ProjectMember, Tenant
+from apps.tenancy.models import (
+    AccessToken,
+    AuditEvent,
+    Invitation,
+    Membership,
+    Project,
+    ProjectMember,
+    Tenant,
+)
 
 
 class MembershipInline(admin.TabularInline):
@@ -59,6 +67,17 @@ class AccessTokenAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request):
         return False  # tokens are minted through the API, which shows the secret once
+
+
+@admin.register(Invitation)
+class InvitationAdmin(admin.ModelAdmin):
+    list_display = ["created_at", "tenant", "email", "username", "role", "expires_at"]
+    list_filter = ["tenant", "role"]
+    search_fields = ["email", "username"]
+    readonly_fields = ["token_hash", "accepted_at", "accepted_by", "invited_by"]
+
+    def has_add_permission(self, request):
+        return False  # made through the API, which shows the token once
 
 
 @admin.register(AuditEvent)

@@ -134,6 +134,59 @@ class AccessToken(TenantModel):
         return self.expires_at is None or self.expires_at > now
 
 
+class Invitation(TenantModel):
+    """An offer of membership, accepted by the invited person. Only the token's hash is stored.
+
+    Bound by username (that user) or by e-mail (the user with that e-mail); until accepted the
+    person is not a member, and nothing about them is looked up or shown.
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="invitations")
+    email = models.EmailField(blank=True, default="")
+    username = models.CharField(max_length=150, blank=True, default="")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
+    invited_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    expires_at = models.DateTimeField()
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    accepted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=(models.Q(email="") & ~models.Q(username=""))
+                | (~models.Q(email="") & models.Q(username="")),
+                name="invitation_email_xor_username",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.invitee} to {self.tenant.slug} ({self.role})"
+
+    @property
+    def invitee(self) -> str:
+        return self.email or self.username
+
+    def status(self, *, now=None) -> str:
+        if self.accepted_at is not None:
+            return "accepted"
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.expires_at <= (now or timezone.now()):
+            return "expired"
+        return "pending"
+
+
 class AuditEventQuerySet(TenantQuerySet):
     def update(self, **kwargs):
         raise TypeError("audit events are immutable")

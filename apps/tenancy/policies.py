@@ -20,10 +20,13 @@ from apps.tenancy.models import ROLE_RANK, Role
 MATRIX: dict[tuple[str, str], Role] = {
     ("tenant", "read"): Role.VIEWER,
     ("tenant", "update"): Role.OWNER,
-    ("membership", "read"): Role.VIEWER,
-    ("membership", "create"): Role.ADMIN,
+    ("membership", "read"): Role.VIEWER,  # e-mail and name: admins only (serializers)
     ("membership", "update"): Role.ADMIN,
     ("membership", "delete"): Role.ADMIN,
+    # People join by invitation only; the invitee accepts it (signed in, not yet a member).
+    ("invitation", "read"): Role.ADMIN,
+    ("invitation", "create"): Role.ADMIN,
+    ("invitation", "delete"): Role.ADMIN,
     ("project", "read"): Role.VIEWER,
     ("project", "create"): Role.ADMIN,
     ("project", "update"): Role.ADMIN,
@@ -74,6 +77,7 @@ SIGNED_IN: frozenset[tuple[str, str]] = frozenset(
         ("accelerator-type", "read"),
         ("account", "read"),
         ("account", "logout"),
+        ("invitation", "accept"),  # bound to the invited person (apps/tenancy/services.py)
     }
 )
 

@@ -36,3 +36,13 @@ def user_by_username(*, username: str):
     if user is None:
         raise ValidationError({"user": [f"User {username!r} not found."]})
     return user
+
+
+def member_by_username(*, tenant_id, username: str):
+    """A member of the tenant. Anyone else, existing or not, gets the same answer."""
+    user = User.objects.filter(
+        username=username, is_active=True, memberships__tenant_id=tenant_id
+    ).first()
+    if user is None:
+        raise ValidationError({"user": [f"{username!r} is not a member of this tenant."]})
+    return user

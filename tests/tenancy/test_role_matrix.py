@@ -1,15 +1,26 @@
 """The role matrix (apps/tenancy/policies.py, docs/access.md), tested cell by cell over the API."""
 
+from datetime import timedelta
+
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
 from apps.jobs.services import attempt_open
 from apps.quotas.models import Quota
-from apps.tenancy.models import ROLE_RANK, AccessToken, Membership, ProjectMember, Role
+from apps.tenancy.models import (
+    ROLE_RANK,
+    AccessToken,
+    Invitation,
+    Membership,
+    ProjectMember,
+    Role,
+    hash_token,
+)
 from apps.tenancy.policies import MATRIX
 from apps.tenancy.services import token_create
 from tests.conftest import ROLES, bearer_client
-from tests.factories import MembershipFactory, UserFactory, make_job
+from tests.factories import MembershipFactory, make_job
 
 
 def _request(world, role, resource, action, cluster=None):
@@ -19,7 +30,13 @@ def _request(world, role, resource, action, cluster=None):
     viewer_membership = Membership.objects.get(tenant=tenant, user=world.users[Role.VIEWER])
     own_token = AccessToken.objects.get(tenant=tenant, user=world.users[role])
     newcomer = MembershipFactory(tenant=tenant, role=Role.VIEWER).user
-    stranger = UserFactory()
+    invitation = Invitation.objects.create(
+        tenant=tenant,
+        email=f"{role}-invitee@example.org",
+        role=Role.MEMBER,
+        token_hash=hash_token(f"tinv_{role}"),
+        expires_at=timezone.now() + timedelta(days=1),
+    )
     url = {
         "tenant": reverse("tenant-detail", kwargs={"pk": tenant.pk}),
         "membership": reverse("membership-detail", kwargs={"pk": viewer_membership.pk}),
@@ -28,6 +45,7 @@ def _request(world, role, resource, action, cluster=None):
             "project-member-detail", kwargs={"pk": ProjectMember.objects.get(project=project).pk}
         ),
         "token": reverse("token-detail", kwargs={"pk": own_token.pk}),
+        "invitation": reverse("invitation-detail", kwargs={"pk": invitation.pk}),
     }.get(resource)
     if resource in ("job", "quota"):
         return _request_jobs(world, role, resource, action, cluster)
@@ -60,9 +78,9 @@ def _request(world, role, resource, action, cluster=None):
             return client.get(reverse("audit-event-list"))
         case ("tenant", "update"):
             return client.patch(url, {"description": "new"}, format="json")
-        case ("membership", "create"):
+        case ("invitation", "create"):
             return client.post(
-                reverse("membership-list"), {"user": stranger.username, "role": "member"}
+                reverse("invitation-list"), {"email": "someone@example.org", "role": "member"}
             )
         case ("membership", "update"):
             return client.patch(url, {"role": "member"})
@@ -134,6 +152,7 @@ def test_matrix_covers_every_resource_and_verb():
     assert resources == {
         "tenant",
         "membership",
+        "invitation",
         "project",
         "project-member",
         "token",

@@ -1,14 +1,25 @@
 """Walk every /api/v1 route the URL resolver knows: another tenant gets 404, anonymous gets 401,
 and neither changes anything."""
 
+from datetime import timedelta
+
 import pytest
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
+from django.utils import timezone
 
 from apps.compute.models import AcceleratorType
 from apps.jobs.models import Job, JobEvent
 from apps.logs.models import FailureSignature
 from apps.quotas.models import Quota
-from apps.tenancy.models import AccessToken, AuditEvent, Membership, ProjectMember, Role
+from apps.tenancy.models import (
+    AccessToken,
+    AuditEvent,
+    Invitation,
+    Membership,
+    ProjectMember,
+    Role,
+    hash_token,
+)
 from tests.conftest import bearer_client
 from tests.factories import make_job
 
@@ -48,6 +59,13 @@ def acme_objects(acme, cluster) -> dict:
         "accelerator-type": AcceleratorType.objects.create(name="npu", gres_name="npu"),
         "tenant": acme.tenant,
         "membership": Membership.objects.get(tenant=acme.tenant, user=acme.users[Role.VIEWER]),
+        "invitation": Invitation.objects.create(
+            tenant=acme.tenant,
+            email="newcomer@acme.example",
+            role=Role.MEMBER,
+            token_hash=hash_token("tinv_route-walk"),
+            expires_at=timezone.now() + timedelta(days=1),
+        ),
         "project": acme.project,
         "project-member": ProjectMember.objects.get(project=acme.project),
         "token": AccessToken.objects.filter(tenant=acme.tenant).first(),
@@ -72,6 +90,7 @@ def acme_state(acme) -> list:
     rows = []
     for model in (
         Membership,
+        Invitation,
         ProjectMember,
         AccessToken,
         AuditEvent,
@@ -192,6 +211,10 @@ def test_other_tenant_gets_404_when_a_write_names_acme(acme, globex, cluster):
     checked = []
     for name, takes_pk in api_route_names():
         if takes_pk or name.startswith("auth-"):
+            continue
+        if name == "invitation-accept":  # names no tenant: the token does, and binds a person
+            response = intruder.post(reverse(name), {"token": "tinv_route-walk"}, format="json")
+            assert response.status_code == 403, response.content
             continue
         body = CREATE_BODIES.get(name, lambda a, n=name: _tenant_body(n, a))(acme)
         response = intruder.post(reverse(name), body, format="json")

@@ -4,7 +4,15 @@ import uuid
 
 import django_filters
 
-from apps.tenancy.models import AccessToken, AuditEvent, Membership, Project, ProjectMember, Role
+from apps.tenancy.models import (
+    AccessToken,
+    AuditEvent,
+    Invitation,
+    Membership,
+    Project,
+    ProjectMember,
+    Role,
+)
 
 
 class TenantFilterMixin(django_filters.FilterSet):
@@ -62,6 +70,16 @@ class AccessTokenFilter(TenantFilterMixin):
     class Meta:
         model = AccessToken
         fields = ["tenant", "user", "revoked", "read_only"]
+
+
+class InvitationFilter(TenantFilterMixin):
+    role = django_filters.ChoiceFilter(choices=Role.choices)
+    email = django_filters.CharFilter(lookup_expr="iexact")
+    username = django_filters.CharFilter()
+
+    class Meta:
+        model = Invitation
+        fields = ["tenant", "role", "email", "username"]
 
 
 class AuditEventFilter(TenantFilterMixin):

@@ -7,12 +7,14 @@ from apps.core.api.serializers import StrictModelSerializer, StrictSerializer
 from apps.tenancy.models import (
     AccessToken,
     AuditEvent,
+    Invitation,
     Membership,
     Project,
     ProjectMember,
     Role,
     Tenant,
 )
+from apps.tenancy.policies import MATRIX, has_role
 
 User = get_user_model()
 
@@ -22,6 +24,27 @@ class UserSummarySerializer(serializers.ModelSerializer):
         model = User
         fields = ["id", "username", "email", "first_name", "last_name"]
         read_only_fields = fields
+
+
+class MemberSummarySerializer(serializers.ModelSerializer):
+    """What every member sees of another member: who they are, not how to reach them."""
+
+    class Meta:
+        model = User
+        fields = ["id", "username"]
+        read_only_fields = fields
+
+
+def member_detail(serializer: serializers.Serializer, *, user, tenant_id) -> dict:
+    """A member's e-mail and name for those who manage the tenant's people (admins), and for
+    the member themself; the username for everyone else."""
+    actor = serializer.context.get("actor")
+    manager = MATRIX[("membership", "update")]
+    if actor is not None and (
+        actor.user == user or has_role(actor, tenant_id=tenant_id, minimum=manager)
+    ):
+        return UserSummarySerializer(user).data
+    return MemberSummarySerializer(user).data
 
 
 class TenantSerializer(StrictModelSerializer):
@@ -47,19 +70,21 @@ class TenantSerializer(StrictModelSerializer):
 
 
 class MembershipSerializer(StrictModelSerializer):
-    tenant = serializers.CharField(
-        write_only=True, required=False, help_text="Tenant id or slug (default: your only one)."
-    )
+    """Read-only: people join through invitations (/api/v1/invitations/)."""
+
     tenant_id = serializers.UUIDField(read_only=True)
-    user = serializers.CharField(write_only=True, help_text="Username of an existing user.")
-    user_detail = UserSummarySerializer(source="user", read_only=True)
-    role = serializers.ChoiceField(choices=Role.choices)
+    user_detail = serializers.SerializerMethodField(
+        help_text="id, username; also email, first_name, last_name for the tenant's admins."
+    )
+    role = serializers.ChoiceField(choices=Role.choices, read_only=True)
 
     class Meta:
         model = Membership
-        fields = ["id", "tenant", "tenant_id", "user", "user_detail", "role", "created_at"]
-        read_only_fields = ["id", "tenant_id", "user_detail", "created_at"]
-        validators = []  # uniqueness is the service's job (409), not a 400
+        fields = ["id", "tenant_id", "user_detail", "role", "created_at"]
+        read_only_fields = fields
+
+    def get_user_detail(self, obj) -> dict:
+        return member_detail(self, user=obj.user, tenant_id=obj.tenant_id)
 
 
 class MembershipUpdateSerializer(StrictSerializer):
@@ -99,13 +124,18 @@ class ProjectUpdateSerializer(StrictModelSerializer):
 class ProjectMemberSerializer(StrictModelSerializer):
     project = serializers.UUIDField(source="project_id")
     user = serializers.CharField(write_only=True, help_text="Username of a tenant member.")
-    user_detail = UserSummarySerializer(source="user", read_only=True)
+    user_detail = serializers.SerializerMethodField(
+        help_text="id, username; also email, first_name, last_name for the tenant's admins."
+    )
 
     class Meta:
         model = ProjectMember
         fields = ["id", "project", "user", "user_detail", "created_at"]
         read_only_fields = ["id", "user_detail", "created_at"]
         validators = []
+
+    def get_user_detail(self, obj) -> dict:
+        return member_detail(self, user=obj.user, tenant_id=obj.project.tenant_id)
 
 
 class AccessTokenSerializer(StrictModelSerializer):
@@ -154,6 +184,76 @@ class AccessTokenCreatedSerializer(AccessTokenSerializer):
 
     class Meta(AccessTokenSerializer.Meta):
         fields = [*AccessTokenSerializer.Meta.fields, "token"]
+
+
+class InvitationSerializer(StrictModelSerializer):
+    tenant_id = serializers.UUIDField(read_only=True)
+    invited_by = serializers.CharField(source="invited_by.username", read_only=True, default=None)
+    accepted_by = serializers.CharField(source="accepted_by.username", read_only=True, default=None)
+    status = serializers.SerializerMethodField(help_text="pending, accepted, revoked or expired")
+
+    class Meta:
+        model = Invitation
+        fields = [
+            "id",
+            "tenant_id",
+            "email",
+            "username",
+            "role",
+            "status",
+            "invited_by",
+            "expires_at",
+            "accepted_at",
+            "accepted_by",
+            "revoked_at",
+            "created_at",
+        ]
+        read_only_fields = fields
+
+    def get_status(self, obj) -> str:
+        return obj.status()
+
+
+class InvitationCreateSerializer(StrictSerializer):
+    tenant = serializers.CharField(
+        required=False, help_text="Tenant id or slug (default: your only one)."
+    )
+    email = serializers.EmailField(required=False, help_text="Invite by e-mail, or")
+    username = serializers.CharField(required=False, max_length=150, help_text="by username.")
+    role = serializers.ChoiceField(choices=Role.choices)
+
+    def validate(self, attrs):
+        if attrs.get("email") and attrs.get("username"):
+            raise serializers.ValidationError(
+                {"username": ["Give either email or username, not both."]}
+            )
+        if not attrs.get("email") and not attrs.get("username"):
+            raise serializers.ValidationError(
+                {"email": ["Required: the e-mail or the username of the person to invite."]}
+            )
+        return attrs
+
+
+class InvitationCreatedSerializer(InvitationSerializer):
+    token = serializers.CharField(read_only=True, help_text="Shown once; pass it to the invitee.")
+    accept_url = serializers.CharField(
+        read_only=True, help_text="The invitee, signed in, POSTs {token} here."
+    )
+
+    class Meta(InvitationSerializer.Meta):
+        fields = [*InvitationSerializer.Meta.fields, "token", "accept_url"]
+        read_only_fields = fields
+
+
+class InvitationAcceptSerializer(StrictSerializer):
+    token = serializers.CharField(max_length=200)
+
+
+class InvitationAcceptedSerializer(serializers.Serializer):
+    membership_id = serializers.UUIDField(source="id")
+    tenant_id = serializers.UUIDField()
+    tenant_slug = serializers.CharField(source="tenant.slug")
+    role = serializers.CharField()
 
 
 class AuditEventSerializer(serializers.ModelSerializer):

@@ -1,22 +1,30 @@
-"""Tenancy endpoints: tenants, memberships, projects, project members, tokens, audit events."""
+"""Tenancy endpoints: tenants, memberships, invitations, projects, project members, tokens,
+audit events, sign-in."""
 
-from django.contrib.auth import authenticate, login, logout
+from django.contrib.auth import login, logout
 from django.middleware.csrf import CsrfViewMiddleware, get_token
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import mixins, serializers, status
+from rest_framework.decorators import action
 from rest_framework.exceptions import AuthenticationFailed, PermissionDenied
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from apps.core.api.errors import error_body
 from apps.core.api.views import PatchOnlyMixin, TenantScopedViewSet
 from apps.tenancy import services
-from apps.tenancy.access import actor_for_user
+from apps.tenancy.access import actor_for_user, client_ip
 from apps.tenancy.api import filters
 from apps.tenancy.api.serializers import (
     AccessTokenCreatedSerializer,
     AccessTokenSerializer,
     AuditEventSerializer,
+    InvitationAcceptedSerializer,
+    InvitationAcceptSerializer,
+    InvitationCreatedSerializer,
+    InvitationCreateSerializer,
+    InvitationSerializer,
     LoginSerializer,
     MembershipSerializer,
     MembershipUpdateSerializer,
@@ -27,15 +35,19 @@ from apps.tenancy.api.serializers import (
     TenantSerializer,
     UserSummarySerializer,
 )
+from apps.tenancy.directory import DirectoryUnavailable
+from apps.tenancy.live import publish_access_changed
 from apps.tenancy.models import (
     AccessToken,
     AuditEvent,
+    Invitation,
     Membership,
     Project,
     ProjectMember,
     Tenant,
 )
-from apps.tenancy.selectors import user_by_username
+from apps.tenancy.selectors import member_by_username
+from apps.tenancy.signin import signin
 
 
 class _ReadMixin(mixins.ListModelMixin, mixins.RetrieveModelMixin):
@@ -61,24 +73,13 @@ class TenantViewSet(PatchOnlyMixin, _ReadMixin, TenantScopedViewSet):
 
 
 class MembershipViewSet(PatchOnlyMixin, _ReadMixin, TenantScopedViewSet):
+    """Members of your tenants. People join by invitation (/api/v1/invitations/), never directly."""
+
     resource = "membership"
     queryset = Membership.objects.select_related("user")
     serializer_class = MembershipSerializer
     filterset_class = filters.MembershipFilter
     ordering_fields = ["created_at", "role"]
-
-    def create(self, request, *args, **kwargs):
-        serializer = self.get_serializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        data = serializer.validated_data
-        membership = services.membership_create(
-            actor=self.actor,
-            tenant=self.write_scope,
-            user=user_by_username(username=data["user"]),
-            role=data["role"],
-            ip=self.ip,
-        )
-        return Response(self.get_serializer(membership).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=MembershipUpdateSerializer, responses=MembershipSerializer)
     def partial_update(self, request, *args, **kwargs):
@@ -96,6 +97,58 @@ class MembershipViewSet(PatchOnlyMixin, _ReadMixin, TenantScopedViewSet):
     def destroy(self, request, *args, **kwargs):
         services.membership_delete(actor=self.actor, membership=self.get_object(), ip=self.ip)
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class InvitationViewSet(_ReadMixin, TenantScopedViewSet):
+    """Invitations to your tenants (admins): create, list, revoke; the invitee accepts."""
+
+    resource = "invitation"
+    queryset = Invitation.objects.select_related("invited_by", "accepted_by")
+    serializer_class = InvitationSerializer
+    filterset_class = filters.InvitationFilter
+    ordering_fields = ["created_at", "expires_at"]
+
+    @extend_schema(request=InvitationCreateSerializer, responses={201: InvitationCreatedSerializer})
+    def create(self, request, *args, **kwargs):
+        serializer = InvitationCreateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        invitation, plaintext = services.invitation_create(
+            actor=self.actor,
+            tenant=self.write_scope,
+            role=data["role"],
+            email=data.get("email", ""),
+            username=data.get("username", ""),
+            ip=self.ip,
+        )
+        invitation.token = plaintext
+        invitation.accept_url = services.invitation_accept_url()
+        body = InvitationCreatedSerializer(invitation, context=self.get_serializer_context()).data
+        return Response(body, status=status.HTTP_201_CREATED)
+
+    @extend_schema(responses={204: None}, description="Revoke the invitation (it stays listed).")
+    def destroy(self, request, *args, **kwargs):
+        services.invitation_revoke(actor=self.actor, invitation=self.get_object(), ip=self.ip)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(
+        request=InvitationAcceptSerializer, responses={201: InvitationAcceptedSerializer}
+    )
+    @action(detail=False, methods=["post"], policy_action="accept")
+    def accept(self, request):
+        """Accept an invitation meant for you (signed in): you become a member, with its role.
+        Not a tenant role's decision (you are not a member yet): the service checks that the
+        invitation names you."""
+        if self.actor.read_only:
+            raise PermissionDenied("This access token is read-only.")
+        serializer = InvitationAcceptSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        membership = services.invitation_accept(
+            user=request.user, token=serializer.validated_data["token"], ip=self.ip
+        )
+        return Response(
+            InvitationAcceptedSerializer(membership).data, status=status.HTTP_201_CREATED
+        )
 
 
 class ProjectViewSet(PatchOnlyMixin, _ReadMixin, TenantScopedViewSet):
@@ -146,7 +199,7 @@ class ProjectMemberViewSet(_ReadMixin, TenantScopedViewSet):
         member = services.project_member_add(
             actor=self.actor,
             project=project,
-            user=user_by_username(username=data["user"]),
+            user=member_by_username(tenant_id=project.tenant_id, username=data["user"]),
             ip=self.ip,
         )
         return Response(self.get_serializer(member).data, status=status.HTTP_201_CREATED)
@@ -222,8 +275,13 @@ class LoginView(APIView):
             raise PermissionDenied("CSRF check failed.")
         serializer = LoginSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        user = authenticate(request, **serializer.validated_data)
-        if user is None:
+        try:
+            user = signin(request=request, ip=client_ip(request), **serializer.validated_data)
+        except DirectoryUnavailable:
+            message = "The directory service is unreachable; try again later."
+            body = error_body(503, message, code="directory_unavailable")
+            return Response(body, status=503, headers={"Retry-After": "30"})
+        if user is None:  # a wrong password and a locked account look the same
             raise AuthenticationFailed("Wrong username or password.")
         login(request._request, user)
         return Response(_me(request, user=user, token=None))
@@ -237,7 +295,9 @@ class LogoutView(APIView):
 
     @extend_schema(request=None, responses={204: None})
     def post(self, request):
+        user_id = request.user.pk
         logout(request._request)
+        publish_access_changed(user_ids=[user_id])  # this session's websockets close
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
