@@ -12,6 +12,23 @@ from torus.errors import TorusError
 
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED", "TIMEOUT"}
 
+# The server's close codes (docs/logs.md): (HTTP-like status, error code, what to tell the user).
+CLOSE_CODES = {
+    4401: (
+        401,
+        "not_authenticated",
+        "your credentials are no longer valid (token revoked or "
+        "expired, or signed out): the live view was closed",
+    ),
+    4403: (
+        403,
+        "permission_denied",
+        "you are no longer allowed to see this job (membership "
+        "or role changed): the live view was closed",
+    ),
+    4404: (404, "not_found", "no such job"),
+}
+
 
 def websocket_url(base_url: str, path: str) -> tuple[str, str]:
     """(ws:// or wss:// URL of `path`, the Origin to send) for an http(s) base URL."""
@@ -39,7 +56,11 @@ def messages(
                 except TimeoutError:
                     yield {"type": "idle"}
                     continue
-                except ConnectionClosed:
+                except ConnectionClosed as exc:
+                    code = exc.rcvd.code if exc.rcvd is not None else None
+                    if code in CLOSE_CODES:
+                        status, error, text = CLOSE_CODES[code]
+                        raise TorusError(text, status=status, code=error) from None
                     return
                 yield json.loads(raw)
     except InvalidStatus as exc:

@@ -127,8 +127,6 @@ class LdapDirectory:
         }
         if email:
             person["mail"] = [email.encode()]
-        if password:
-            person["userPassword"] = [password.encode()]
         group = {
             "objectClass": [b"posixGroup"],
             "cn": [name.encode()],
@@ -138,6 +136,8 @@ class LdapDirectory:
         def add(conn):
             conn.add_s(self._dn(self.groups, "cn", name), ldap.modlist.addModlist(group))
             conn.add_s(self._dn(self.people, "uid", name), ldap.modlist.addModlist(person))
+            if password:  # the server stores it hashed (password modify operation)
+                conn.passwd_s(self._dn(self.people, "uid", name), None, password)
 
         self._run(add)
 

@@ -2,8 +2,10 @@
 2000; both streams unless one is named), then its new lines, metrics and state changes.
 
 Authenticated by session or token (see apps/tenancy/websocket_auth.py), authorised per job
-at the handshake (another tenant's job is refused before accept), Origin checked by the ASGI
-stack. Lines arrive in batches (apps/logs/live.py), never one message per line, and at most
+at the handshake (another tenant's job is refused before accept, 4404) and for as long as the
+socket stays open: a revoked token, a logged-out session or a removed membership closes it
+within seconds (4401, 4403; apps/tenancy/consumers.py::AccessWatchMixin). Origin checked by
+the ASGI stack. Lines arrive in batches (apps/logs/live.py), never one message per line, and at most
 TORUS_LIVE_MAX_LINES_PER_SECOND reach one viewer: beyond that a "skipped" message says how
 many lines were left out (they stay in Elasticsearch and the job's logs endpoint).
 
@@ -24,10 +26,13 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
+from apps.core.actor import Actor
 from apps.jobs.models import Job
 from apps.logs.live import job_group
 from apps.logs.search_backlog import last_lines, streams_complete
-from apps.tenancy.consumers import CLOSE_UNAUTHENTICATED
+from apps.tenancy.consumers import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED, AccessWatchMixin
+from apps.tenancy.models import Membership
+from apps.tenancy.policies import allowed
 
 CLOSE_NOT_FOUND = 4404
 DEFAULT_TAIL, MAX_TAIL = 200, 2000
@@ -37,6 +42,22 @@ STREAMS = ("stdout", "stderr")
 @database_sync_to_async
 def _visible_job(actor, job_id):
     return Job.objects.visible_to(actor).select_related("tenant").filter(pk=job_id).first()
+
+
+def _may_follow(actor: Actor, job: Job) -> bool:
+    return allowed(actor, resource="job", action="logs", tenant_id=job.tenant_id, target=job)
+
+
+@database_sync_to_async
+def _still_may_follow(actor: Actor, job: Job) -> bool:
+    """The actor's role in the job's tenant read afresh (the handshake's may be stale)."""
+    role = (
+        Membership.objects.filter(user_id=actor.user.pk, tenant_id=job.tenant_id)
+        .values_list("role", flat=True)
+        .first()
+    )
+    fresh = Actor(user=actor.user, roles={job.tenant_id: role} if role else {}, token=actor.token)
+    return _may_follow(fresh, job)
 
 
 @database_sync_to_async
@@ -66,7 +87,7 @@ class LineBudget:
         return granted
 
 
-class JobLogConsumer(AsyncJsonWebsocketConsumer):
+class JobLogConsumer(AccessWatchMixin, AsyncJsonWebsocketConsumer):
     async def connect(self):
         actor = self.scope.get("actor")
         if actor is None:
@@ -81,6 +102,10 @@ class JobLogConsumer(AsyncJsonWebsocketConsumer):
         if job is None:
             await self.close(code=CLOSE_NOT_FOUND)
             return
+        if not _may_follow(actor, job):
+            await self.close(code=CLOSE_FORBIDDEN)
+            return
+        self.job = job
         self.group = job_group(job.pk)
         query = parse_qs(self.scope.get("query_string", b"").decode())
         tail = (query.get("tail") or [""])[-1]
@@ -94,11 +119,16 @@ class JobLogConsumer(AsyncJsonWebsocketConsumer):
         # subscribe first, then read: whatever is shipped meanwhile comes live (or twice,
         # with the same attempt/stream/offset), never not at all
         await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.watch_access()
         await self.send_json(await _backlog(job, tail, self.stream))
 
     async def disconnect(self, code):
+        await self.unwatch_access()
         if hasattr(self, "group"):
             await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def still_allowed(self) -> bool:
+        return await _still_may_follow(self.scope["actor"], self.job)
 
     async def log_lines(self, event):
         lines = event["lines"]

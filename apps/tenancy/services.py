@@ -15,6 +15,7 @@ from django.utils import timezone
 from apps.core.actor import Actor
 from apps.core.exceptions import Conflict
 from apps.tenancy.audit import audit_record, diff, snapshot
+from apps.tenancy.live import publish_access_changed
 from apps.tenancy.models import (
     AccessToken,
     Invitation,
@@ -86,6 +87,7 @@ def membership_update(
     _guard_owner_change(
         actor=actor, tenant_id=membership.tenant_id, old_role=membership.role, new_role=role
     )
+    publish_access_changed(user_ids=[membership.user_id])  # open websockets re-check
     return _update(
         actor=actor, instance=membership, fields={"role": role}, action="membership.update", ip=ip
     )
@@ -112,6 +114,7 @@ def membership_delete(*, actor: Actor, membership: Membership, ip: str | None = 
     AccessToken.objects.filter(
         tenant_id=membership.tenant_id, user_id=membership.user_id, revoked_at__isnull=True
     ).update(revoked_at=timezone.now())
+    publish_access_changed(user_ids=[membership.user_id])  # open websockets re-check
     membership.delete()
 
 
@@ -248,6 +251,7 @@ def token_revoke(*, actor: Actor, token: AccessToken, ip: str | None = None) -> 
         audit_record(
             actor=actor, tenant_id=token.tenant_id, action="token.revoke", target=token, ip=ip
         )
+        publish_access_changed(token_ids=[token.pk])  # its open websockets close
     return token
 
 

@@ -7,6 +7,7 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 from django.utils import timezone
 
+from apps.identity.services import account_ensure
 from apps.tenancy import services
 from apps.tenancy.models import AccessToken, Membership, Project, ProjectMember, Role, Tenant
 
@@ -41,6 +42,8 @@ class Command(BaseCommand):
 
     def _seed_tenant(self, spec: dict) -> dict:
         users = {role: self._user(f"{spec['slug']}-{role.value}") for role in ROLES}
+        for user in users.values():  # the people, in the directory the cluster resolves
+            account_ensure(user=user, password=DEMO_PASSWORD)
         tenant = Tenant.objects.filter(slug=spec["slug"]).first()
         if tenant is None:
             tenant = services.tenant_create(
