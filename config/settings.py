@@ -186,6 +186,9 @@ TORUS_SHIPPER_RECENT_HOURS = env_int("TORUS_SHIPPER_RECENT_HOURS", 72, minimum=1
 TORUS_LOG_MAX_LINE = env_int("TORUS_LOG_MAX_LINE", 16 * 1024, minimum=256)
 # Live tail: lines per second one websocket viewer receives at most (beyond: a "skipped" notice).
 TORUS_LIVE_MAX_LINES_PER_SECOND = env_int("TORUS_LIVE_MAX_LINES_PER_SECOND", 5000, minimum=10)
+# Open websockets re-check their access this often (seconds), a backstop to the access-changed
+# messages services publish: expiry, a missed message. See docs/logs.md (close codes).
+TORUS_LIVE_ACCESS_RECHECK_SECONDS = env_int("TORUS_LIVE_ACCESS_RECHECK_SECONDS", 5, minimum=1)
 
 # Access tokens: last use is written at most this often (seconds), with an audit event.
 TORUS_TOKEN_USE_RECORD_INTERVAL = env_int("TORUS_TOKEN_USE_RECORD_INTERVAL", 60, minimum=0)

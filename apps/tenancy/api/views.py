@@ -186,7 +186,6 @@ class ProjectViewSet(PatchOnlyMixin, _ReadMixin, TenantScopedViewSet):
 class ProjectMemberViewSet(_ReadMixin, TenantScopedViewSet):
     resource = "project-member"
     scope_field = "project"
-    scope_field = "project"
     queryset = ProjectMember.objects.select_related("user", "project")
     serializer_class = ProjectMemberSerializer
     filterset_class = filters.ProjectMemberFilter
@@ -304,8 +303,6 @@ class LogoutView(APIView):
 
 class MeView(APIView):
     """Who you are, your tenants and roles, and the token in use."""
-
-    resource, policy_action = "account", "read"
 
     resource, policy_action = "account", "read"
 
