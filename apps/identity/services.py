@@ -177,14 +177,17 @@ def group_members_add(*, group: PosixGroup, names: list[str]) -> None:
         group.save(update_fields=["members", "updated_at"])
 
 
-def member_remove(*, tenant: Tenant, user) -> None:
-    """A person leaves a tenant: out of its group and every one of its projects' groups, so
-    their jobs started from now on cannot reach the tenant's files."""
+def member_remove(*, tenant: Tenant, user, project: Project | None = None) -> None:
+    """A person leaves a tenant (out of its group and every one of its projects' groups) or
+    one project (out of that project's group), so their jobs started from now on cannot
+    reach those files. Called inside the caller's transaction: if the directory cannot be
+    written, nothing of the removal is kept."""
     account = PosixAccount.objects.filter(user=user).first()
     if account is None:
         return
+    groups = PosixGroup.objects.filter(project=project) if project else tenant.posix_groups
     with transaction.atomic():
-        for group in PosixGroup.objects.select_for_update().filter(tenant=tenant):
+        for group in groups.select_for_update():
             if account.name in group.members:
                 group.members = [m for m in group.members if m != account.name]
                 directory().set_members(name=group.name, members=group.members)

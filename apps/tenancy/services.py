@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from apps.core.actor import Actor
 from apps.core.exceptions import Conflict
+from apps.identity.services import member_remove
 from apps.tenancy.audit import audit_record, diff, snapshot
 from apps.tenancy.live import publish_access_changed
 from apps.tenancy.models import (
@@ -115,6 +116,7 @@ def membership_delete(*, actor: Actor, membership: Membership, ip: str | None = 
         tenant_id=membership.tenant_id, user_id=membership.user_id, revoked_at__isnull=True
     ).update(revoked_at=timezone.now())
     publish_access_changed(user_ids=[membership.user_id])  # open websockets re-check
+    member_remove(tenant=membership.tenant, user=membership.user)  # and the cluster's groups
     membership.delete()
 
 
@@ -203,6 +205,7 @@ def project_member_remove(*, actor: Actor, member: ProjectMember, ip: str | None
         changes={"user": [member.user.username, None], "project": [member.project.slug, None]},
         ip=ip,
     )
+    member_remove(tenant=member.project.tenant, user=member.user, project=member.project)
     member.delete()
 
 

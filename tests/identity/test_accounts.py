@@ -159,3 +159,23 @@ def test_without_a_directory_jobs_run_as_local_accounts_the_platform_creates(
     assert directory().find_user(account.name) is not None  # (local backend reads NSS)
     settings.TORUS_IDENTITY_BACKEND = "ldap"
     assert directory().find_user(account.name) is None
+
+
+def test_removing_a_membership_through_the_api_ends_the_cluster_group_membership(acme):
+    from django.urls import reverse
+
+    member = acme.users[Role.MEMBER]
+    account = account_ensure(user=member)
+    groups = [
+        group_ensure(tenant=acme.tenant),
+        group_ensure(tenant=acme.tenant, project=acme.project),
+    ]
+    for group in groups:
+        group_members_add(group=group, names=[account.name])
+    membership = member.memberships.get(tenant=acme.tenant)
+    response = acme.client(Role.ADMIN).delete(
+        reverse("membership-detail", kwargs={"pk": membership.pk})
+    )
+    assert response.status_code == 204, response.content
+    for group in groups:
+        assert account.name not in grp.getgrgid(group.gid).gr_mem
