@@ -7,3 +7,12 @@ django.core.exceptions.PermissionDenied, so domain code never imports the API la
 
 class Conflict(Exception):
     """The request conflicts with the current state (HTTP 409)."""
+
+
+class Unavailable(Exception):
+    """A service the request needs (the directory, a cluster) did not answer; nothing was
+    written; try again later (HTTP 503). `code` and `message` are what clients see (the
+    exception's own text, which may name internal addresses, goes to the log only)."""
+
+    code = "unavailable"
+    message = "A service this request needs is unavailable; try again later."

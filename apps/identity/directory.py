@@ -21,9 +21,14 @@ import ldap.filter
 import ldap.modlist
 from django.conf import settings
 
+from apps.core.exceptions import Unavailable
 
-class DirectoryUnavailable(Exception):
+
+class DirectoryUnavailable(Unavailable):
     """The directory did not answer: nothing was written; try again later."""
+
+    code = "directory_unavailable"
+    message = "The directory service is unreachable; try again later."
 
 
 @dataclass(frozen=True)

@@ -13,12 +13,10 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django_auth_ldap.backend import LDAPBackend, ldap_error
 
+from apps.identity.directory import DirectoryUnavailable
+
 # Errors that mean "could not talk to the directory", not "wrong password".
 UNREACHABLE = (ldap.SERVER_DOWN, ldap.TIMEOUT, ldap.CONNECT_ERROR)
-
-
-class DirectoryUnavailable(Exception):
-    """The directory could not be reached, so the credentials could not be checked."""
 
 
 class TorusLDAPBackend(LDAPBackend):

@@ -10,7 +10,7 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from apps.core.exceptions import Conflict
+from apps.core.exceptions import Conflict, Unavailable
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +99,10 @@ def exception_handler(exc, context):
         exc = exceptions.PermissionDenied(str(exc) or None)
     elif isinstance(exc, Conflict):
         exc = ConflictError(str(exc) or None)
+    elif isinstance(exc, Unavailable):
+        logger.warning("unavailable: %s", exc)
+        body = error_body(503, exc.message, code=exc.code)
+        return Response(body, status=503, headers={"Retry-After": "30"})
 
     response = drf_exception_handler(exc, context)
     if response is None:
