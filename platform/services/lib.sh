@@ -18,6 +18,7 @@
 #   torus_ensure_dirs                create TORUS_VAR_DIR, log and run dirs
 #   torus_ensure_account             the platform's system user and group `torus`
 #   torus_secure_var                 the account, and modes of $TORUS_VAR_DIR's own entries
+#   torus_reach_checkout             let torus traverse the directories above the checkout
 #   torus_secret NAME                print secrets/NAME, generated once (0640 root:torus)
 #   torus_services_env_set KEY VALUE set KEY in secrets/services.env (what settings read)
 #   torus_apt_install PKG...         apt-get install only the missing packages
@@ -107,6 +108,24 @@ torus_secure_var() {
     chmod 640 "$TORUS_VAR_DIR/secret-key"
   fi
   [[ ! -f $TORUS_VAR_DIR/demo.json ]] || chmod 600 "$TORUS_VAR_DIR/demo.json"
+  torus_reach_checkout
+}
+
+# torus_reach_checkout : the platform account can reach the code it runs (the portal's web,
+# beat and shipper run as torus): each directory above the checkout that torus cannot
+# traverse (a clone under /root, mode 700) gets an ACL entry letting torus through, and
+# nothing more (no listing, no reading).
+torus_reach_checkout() {
+  local dir=
+  local -a parts
+  IFS=/ read -r -a parts <<<"${TORUS_REPO_ROOT#/}"
+  for part in "" "${parts[@]}"; do
+    dir=${dir%/}/$part
+    setpriv --reuid=torus --regid=torus --clear-groups -- test -x "$dir" 2>/dev/null && continue
+    command -v setfacl >/dev/null || torus_apt_install acl
+    setfacl -m u:torus:x "$dir"
+    torus_log "let the platform account torus traverse $dir (ACL u:torus:x)"
+  done
 }
 
 # torus_secret NAME : prints secrets/NAME, made once: 32 random hex digits (URL-safe).
