@@ -28,7 +28,10 @@ LDAP_COMPONENT = ROOT / "platform" / "services" / "components" / "ldap"
 
 # try NAME CMD...: one line "TRY NAME ok|denied" (the command's output is not shown)
 PROBE = """
-try() { name=$1; shift; if "$@" >/dev/null 2>&1; then echo "TRY $name ok"; else echo "TRY $name denied"; fi; }
+try() {
+  name=$1; shift
+  if "$@" >/dev/null 2>&1; then echo "TRY $name ok"; else echo "TRY $name denied"; fi
+}
 connect() { exec 3<>"/dev/tcp/127.0.0.1/$1"; }
 """
 
