@@ -31,13 +31,6 @@ def tenant_for_write(*, actor: Actor, ref: str | None) -> Tenant:
     return tenant
 
 
-def user_by_username(*, username: str):
-    user = User.objects.filter(username=username, is_active=True).first()
-    if user is None:
-        raise ValidationError({"user": [f"User {username!r} not found."]})
-    return user
-
-
 def member_by_username(*, tenant_id, username: str):
     """A member of the tenant. Anyone else, existing or not, gets the same answer."""
     user = User.objects.filter(

@@ -17,8 +17,8 @@ from apps.quotas import services
 from apps.quotas.models import Quota
 from apps.quotas.selectors import usage_summary
 from apps.tenancy.access import actor_for
-from apps.tenancy.models import Membership, Project
-from apps.tenancy.selectors import user_by_username
+from apps.tenancy.models import Project
+from apps.tenancy.selectors import member_by_username
 
 LIMIT_FIELDS = ["gpus", "cpus", "memory_mb", "running_jobs", "gpu_hours_per_month"]
 
@@ -79,9 +79,8 @@ class QuotaViewSet(
                 raise ValidationError({"project": ["Project not found in this tenant."]})
         user = None
         if (data.get("user") or {}).get("username"):
-            user = user_by_username(username=data["user"]["username"])
-            if not Membership.objects.filter(tenant=tenant, user=user).exists():
-                raise ValidationError({"user": ["Not a member of this tenant."]})
+            # the same answer whether the person exists elsewhere or not at all
+            user = member_by_username(tenant_id=tenant.pk, username=data["user"]["username"])
         limits = {name: data[name] for name in LIMIT_FIELDS if name in data}
         quota = services.quota_create(
             actor=self.actor, tenant=tenant, project=project, user=user, limits=limits, ip=self.ip
