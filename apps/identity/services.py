@@ -35,10 +35,8 @@ class JobIdentity:
     user: str
     uid: int
     gid: int  # the project's group
-    group: str
     tenant_gid: int
-    account: str  # the project's account on the cluster
-    parent_account: str  # the tenant's
+    account: str  # the project's account on the cluster (its group's name)
 
 
 def _allocate(kind: str) -> int:
@@ -232,8 +230,6 @@ def job_identity(*, job, backend, cluster) -> JobIdentity:
         user=account.name,
         uid=account.uid,
         gid=project_group.gid,
-        group=project_group.name,
         tenant_gid=tenant_group.gid,
         account=project_group.name,
-        parent_account=tenant_group.name,
     )

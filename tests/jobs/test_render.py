@@ -82,10 +82,7 @@ JOB_KEYS = {
     "gres",
     "account",
 }
-IDENTITY = JobIdentity(
-    user="alice", uid=200001, gid=300002, group="p-t_p", tenant_gid=300001,
-    account="p-t_p", parent_account="t-t",
-)  # fmt: skip
+IDENTITY = JobIdentity(user="alice", uid=200001, gid=300002, tenant_gid=300001, account="p-t_p")
 
 
 def _submission(spec: dict):
