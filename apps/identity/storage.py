@@ -21,6 +21,11 @@ from django.conf import settings
 from apps.tenancy.models import Project, Tenant
 
 
+class StorageError(Exception):
+    """The tree could not be made as it must be (the filesystem refused, a path is taken by
+    something else): nothing was submitted; the dispatcher tries again on a later pass."""
+
+
 def tenant_root(tenant: Tenant) -> Path:
     return Path(settings.TORUS_JOB_ROOT) / tenant.slug
 
@@ -33,46 +38,58 @@ def _platform_uid() -> int:
     try:
         return pwd.getpwnam(settings.TORUS_SERVICE_USER).pw_uid
     except KeyError as exc:
-        raise RuntimeError(
+        raise StorageError(
             f"the platform's account {settings.TORUS_SERVICE_USER!r} does not exist "
             "(platform/services/up creates it)"
         ) from exc
 
 
 def _setfacl(path: Path, spec: str) -> None:
-    subprocess.run(  # noqa: S603 (argv list; the spec names only the platform's uid)
+    result = subprocess.run(  # noqa: S603 (argv list; the spec names only the platform's uid)
         ["setfacl", "-m", spec, str(path)],  # noqa: S607
-        check=True,
         capture_output=True,
+        text=True,
         timeout=30,
+        check=False,
     )
+    if result.returncode != 0:
+        raise StorageError(f"setfacl on {path}: {result.stderr.strip()}")
 
 
-def _directory(path: Path, *, uid: int, gid: int, mode: int) -> bool:
-    """Create path (not its parents) owned uid:gid with mode; True if it was created now.
-    An existing directory keeps what it has, unless it is a symlink or not a directory."""
+def _directory(path: Path, *, uid: int, gid: int, mode: int, enforce: bool = False) -> None:
+    """Create path (not its parents) owned uid:gid with mode. An existing directory keeps
+    what it has unless `enforce`; a symlink or anything but a directory there is refused."""
     try:
         os.mkdir(path, 0o700)
     except FileExistsError:
         if path.is_symlink() or not path.is_dir():
-            raise RuntimeError(f"{path} exists and is not a directory") from None
-        return False
-    os.chown(path, uid, gid)
+            raise StorageError(f"{path} exists and is not a directory") from None
+        if not enforce:
+            return
+    except OSError as exc:
+        raise StorageError(f"cannot make {path}: {exc.strerror}") from exc
+    os.chown(path, uid, gid, follow_symlinks=False)
     os.chmod(path, mode)
-    return True
 
 
 def project_tree_ensure(*, project: Project, tenant_gid: int, project_gid: int) -> Path:
     """The tenant's and the project's directories, made once with their groups and ACLs."""
     root = Path(settings.TORUS_JOB_ROOT)
-    root.mkdir(parents=True, exist_ok=True)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StorageError(f"cannot make the job root {root}: {exc.strerror}") from exc
     platform = _platform_uid()
     tenant_dir, project_dir = tenant_root(project.tenant), project_root(project)
-    if _directory(tenant_dir, uid=0, gid=tenant_gid, mode=0o2750):
-        _setfacl(tenant_dir, f"u:{platform}:r-x")
-    if _directory(project_dir, uid=0, gid=project_gid, mode=0o2770):
-        _setfacl(project_dir, f"u:{platform}:r-x,d:u:{platform}:r-X")
-    _directory(project_dir / "jobs", uid=0, gid=project_gid, mode=0o2750)
+    # owners, modes and ACLs are set every time: a directory someone made another way is
+    # put right before a job relies on it
+    for path, gid, mode, acl in (
+        (tenant_dir, tenant_gid, 0o2750, f"u:{platform}:r-x"),
+        (project_dir, project_gid, 0o2770, f"u:{platform}:r-x,d:u:{platform}:r-X"),
+        (project_dir / "jobs", project_gid, 0o2750, f"u:{platform}:r-x,d:u:{platform}:r-X"),
+    ):
+        _directory(path, uid=0, gid=gid, mode=mode, enforce=True)
+        _setfacl(path, acl)
     return project_dir
 
 

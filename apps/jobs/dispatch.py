@@ -21,7 +21,7 @@ from apps.compute.backends.base import ClusterUnavailable, Submission, SubmitRej
 from apps.compute.models import Cluster
 from apps.identity.directory import DirectoryUnavailable
 from apps.identity.services import IdentityError, JobIdentity, job_identity
-from apps.identity.storage import job_tree_ensure, project_tree_ensure
+from apps.identity.storage import StorageError, job_tree_ensure, project_tree_ensure
 from apps.jobs import paths
 from apps.jobs.models import AttemptState, Job, JobAttempt
 from apps.jobs.states import State
@@ -246,7 +246,7 @@ def dispatch_cluster(*, cluster_id, limit: int = 500) -> int:
             except (IdentityError, SubmitRejected) as exc:
                 mark_rejected(attempt_id=attempt.pk, message=str(exc)[:1000])
                 continue
-            except (DirectoryUnavailable, ClusterUnavailable) as exc:
+            except (DirectoryUnavailable, ClusterUnavailable, StorageError) as exc:
                 release(attempt_id=attempt.pk, message=str(exc))
                 released = True  # not claimed again in this pass
                 continue

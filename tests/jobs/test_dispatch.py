@@ -1,12 +1,14 @@
 """Exactly-once dispatch and a reconciler whose cost does not grow with the number of jobs."""
 
+import os
 import threading
 import time
 
 from django.urls import reverse
 
 from apps.compute.backends import for_cluster
-from apps.jobs import dispatch, reconcile
+from apps.identity.storage import project_root
+from apps.jobs import dispatch, paths, reconcile
 from apps.jobs.models import AttemptState, Job, JobAttempt
 from apps.tenancy.models import Role
 from tests.jobs.conftest import drive, sdiag_rpcs, slurm, slurm_jobs_tagged, submit
@@ -118,3 +120,20 @@ def test_readyz_reports_a_cluster_whose_controller_does_not_answer(slurm_cluster
     response = Client().get("/readyz")
     assert response.status_code == 503
     assert response.json()["checks"]["clusters"]["error"].startswith("RuntimeError: local: ")
+
+
+def test_a_tree_that_cannot_be_made_holds_that_job_back_not_the_pass(acme, slurm_cluster):
+    blocked, fine = _queued(acme, 2, command=("true",))
+    tenant_dir = project_root(acme.project).parent
+    tenant_dir.mkdir(parents=True)  # made by something else, with the wrong mode: put right
+    os.chmod(tenant_dir, 0o777)
+    squatter = paths.job_dir(Job.objects.get(pk=blocked))
+    squatter.parent.mkdir(parents=True)
+    squatter.write_text("not a directory")
+    dispatch.dispatch_cluster(cluster_id=slurm_cluster.pk)
+    assert JobAttempt.objects.get(job_id=blocked).state == AttemptState.QUEUED  # back in line
+    assert JobAttempt.objects.get(job_id=fine).state == AttemptState.SUBMITTED
+    assert os.stat(tenant_dir).st_mode & 0o7777 == 0o2750
+    squatter.unlink()
+    dispatch.dispatch_cluster(cluster_id=slurm_cluster.pk)
+    assert drive(blocked).state == "SUCCEEDED"
