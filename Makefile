@@ -27,8 +27,9 @@ help:
 	@echo "make bench  run the benchmarks beside their peers (results in bench/results/)"
 
 # python-ldap (for django-auth-ldap) builds from source: a compiler and the OpenLDAP and SASL
-# headers, installed with apt-get when missing (as platform/services does).
-BUILD_DEPS := gcc python3-dev libldap2-dev libsasl2-dev
+# headers; and Debian's venv module for the virtualenvs. Installed with apt-get when missing
+# (as platform/services does).
+BUILD_DEPS := gcc python3-dev python3-venv libldap2-dev libsasl2-dev
 
 $(BIN)/.installed: pyproject.toml
 	bash -c 'source platform/services/lib.sh && torus_apt_install $(BUILD_DEPS)'
