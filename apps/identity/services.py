@@ -89,7 +89,9 @@ def account_ensure(*, user, password: str | None = None) -> PosixAccount:
     name = user.username.lower()
     found = directory().find_user(name) if POSIX_NAME_RE.match(name) else None
     low, high = settings.TORUS_UID_RANGE
-    if found is not None and low <= found.number <= high:
+    # someone else's already ("Alice" and "alice" are two people to Django): never shared
+    adoptable = not PosixAccount.objects.filter(name=name).exists()
+    if found is not None and low <= found.number <= high and adoptable:
         group = directory().find_group(name)
         account = PosixAccount(
             user=user, name=name, uid=found.number, gid=group.number if group else found.number
@@ -113,7 +115,10 @@ def account_ensure(*, user, password: str | None = None) -> PosixAccount:
         with transaction.atomic():
             account.save()
     except IntegrityError:  # made meanwhile by another dispatcher
-        return PosixAccount.objects.get(user=user)
+        existing = PosixAccount.objects.filter(user=user).first()
+        if existing is None:
+            raise IdentityError(f"could not record the account {name}; try again") from None
+        return existing
     return account
 
 

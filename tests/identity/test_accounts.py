@@ -179,3 +179,11 @@ def test_removing_a_membership_through_the_api_ends_the_cluster_group_membership
     assert response.status_code == 204, response.content
     for group in groups:
         assert account.name not in grp.getgrgid(group.gid).gr_mem
+
+
+def test_two_people_whose_names_differ_only_in_case_get_two_accounts():
+    name = unique("carol")
+    first = account_ensure(user=UserFactory(username=name))
+    second = account_ensure(user=UserFactory(username=name.upper()))
+    assert first.name == name and second.name == f"u{second.uid}"
+    assert first.uid != second.uid and pwd.getpwnam(second.name).pw_uid == second.uid
