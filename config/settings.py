@@ -49,6 +49,7 @@ INSTALLED_APPS = [
     "apps.jobs",
     "apps.logs",
     "apps.identity",
+    "apps.datasets",
 ]
 
 MIDDLEWARE = [
