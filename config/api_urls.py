@@ -4,6 +4,7 @@ from django.urls import include, path
 from rest_framework.routers import SimpleRouter
 
 from apps.compute.api.urls import register as register_compute
+from apps.datasets.api.urls import register as register_datasets
 from apps.jobs.api.urls import register as register_jobs
 from apps.logs.api.signatures import FailureSignatureViewSet
 from apps.quotas.api.urls import register as register_quotas
@@ -16,6 +17,7 @@ register_tenancy(router)
 register_compute(router)
 register_quotas(router)
 register_jobs(router)
+register_datasets(router)
 router.register("failure-signatures", FailureSignatureViewSet, basename="failure-signature")
 
 urlpatterns = [

@@ -2,10 +2,15 @@
 
 import os
 
-from django.core.asgi import get_asgi_application
+import django
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-django_asgi = get_asgi_application()
+django.setup(set_prefix=False)
+
+from apps.core.streaming import StreamingASGIHandler  # noqa: E402
+
+# Django's handler, with request bodies streamed to the views that ask for it (uploads)
+django_asgi = StreamingASGIHandler()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402

@@ -150,6 +150,10 @@ DATA_DIR = Path(
 # (shared environments, example code): working_dir and environment paths lie in one of them.
 TORUS_JOB_ROOT = env_str("TORUS_JOB_ROOT", str(DATA_DIR / "jobs"))
 TORUS_SHARED_ROOTS = env_list("TORUS_SHARED_ROOTS", [str(DATA_DIR / "shared")])
+# Datasets (docs/datasets.md): where new versions are stored ("posix": the tenant's tree), and
+# how long (seconds) the API waits for the worker to make a project's storage directories.
+TORUS_DATASET_STORAGE = env_str("TORUS_DATASET_STORAGE", "posix")
+TORUS_STORAGE_ENSURE_TIMEOUT = env_int("TORUS_STORAGE_ENSURE_TIMEOUT", 10, minimum=1)
 
 # Identities on the cluster (apps/identity): people are POSIX users, tenants and projects
 # POSIX groups, from the LDAP directory the nodes resolve ("ldap") or local accounts the

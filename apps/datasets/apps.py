@@ -5,3 +5,14 @@ class DatasetsConfig(AppConfig):
     name = "apps.datasets"
     label = "datasets"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from apps.core.streaming import register_streaming_body
+        from apps.datasets.selectors import storage_bytes_by_project
+        from apps.quotas.selectors import on_storage_usage
+
+        # uploads stream to storage (apps/core/streaming.py); quotas count the stored bytes
+        register_streaming_body(
+            r"^/api/v1/datasets/[^/]+/versions/[0-9]+/upload/?$", methods=("PUT",)
+        )
+        on_storage_usage(storage_bytes_by_project)

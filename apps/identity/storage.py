@@ -5,6 +5,8 @@
         <project>/                       root:p-<t>_<p>   2770  + ACL (and default ACL) r-x
           jobs/                          root:p-<t>_<p>   2750
             <job id>/                    <user>:p-...     2750  checkpoints/, attempt-N/
+          datasets/, models/             torus:p-<t>_<p>  2750  written by the platform
+                                                                (apps/datasets/storage)
 
 Other tenants' people cannot traverse a tenant's directory; inside it, files created by jobs
 take the project's group (setgid directories), and the platform's unprivileged account
@@ -90,6 +92,9 @@ def project_tree_ensure(*, project: Project, tenant_gid: int, project_gid: int) 
     ):
         _directory(path, uid=0, gid=gid, mode=mode, enforce=True)
         _setfacl(path, acl)
+    # datasets and model files: written by the platform account, read by the project's jobs
+    for name in ("datasets", "models"):
+        _directory(project_dir / name, uid=platform, gid=project_gid, mode=0o2750, enforce=True)
     return project_dir
 
 

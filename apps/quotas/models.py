@@ -10,7 +10,8 @@ class Quota(TenantModel):
     """Limits for a tenant (project and user empty), a project, or a user in a tenant.
 
     An empty limit means unlimited. GPUs, CPUs, memory and running jobs count what admitted,
-    unfinished jobs hold; GPU-hours count the calendar month's ledger plus running attempts.
+    unfinished jobs hold; GPU-hours count the calendar month's ledger plus running attempts;
+    storage counts the bytes stored and being uploaded (apps that store files report them).
     """
 
     tenant = models.ForeignKey("tenancy.Tenant", on_delete=models.CASCADE, related_name="quotas")
@@ -29,6 +30,8 @@ class Quota(TenantModel):
     memory_mb = models.PositiveIntegerField(null=True, blank=True)
     running_jobs = models.PositiveIntegerField(null=True, blank=True)
     gpu_hours_per_month = models.FloatField(null=True, blank=True)
+    # bytes of datasets and model files (tenant and project quotas; checked at upload and commit)
+    storage_bytes = models.PositiveBigIntegerField(null=True, blank=True)
 
     class Meta:
         constraints = [

@@ -1,5 +1,6 @@
 """Reads for quotas: usage per period, grouped, always scoped to the actor's tenants."""
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from django.core.exceptions import ValidationError
@@ -87,3 +88,60 @@ def gpu_seconds_by_project(*, tenant_id, since: datetime) -> dict:
         .annotate(seconds=Sum("gpu_seconds"))
     )
     return {row["project_id"]: row["seconds"] or 0.0 for row in rows}
+
+
+# -- storage: bytes of datasets and model files --------------------------------------------------
+
+_storage_sources: list[Callable[..., dict]] = []
+
+
+def on_storage_usage(source: Callable[..., dict]) -> None:
+    """Register a source of stored bytes: `source(tenant_ids=[...])` returns
+    {(tenant id, project id): bytes}. Apps that store files (datasets, registry) register one
+    at start-up (their AppConfig.ready), so quotas never import them."""
+    if source not in _storage_sources:
+        _storage_sources.append(source)
+
+
+def storage_used(*, tenant_ids: list) -> dict[tuple, int]:
+    """Bytes stored and being uploaded, per (tenant id, project id)."""
+    used: dict[tuple, int] = {}
+    for source in _storage_sources:
+        for key, value in source(tenant_ids=tenant_ids).items():
+            used[key] = used.get(key, 0) + int(value or 0)
+    return used
+
+
+def storage_summary(*, actor: Actor) -> list[dict]:
+    """Storage per tenant and per project with its limit (None: unlimited), for usage."""
+    from apps.tenancy.models import Project, Tenant
+
+    tenant_ids = list(actor.tenant_ids)
+    used = storage_used(tenant_ids=tenant_ids)
+    limits = {
+        (q.tenant_id, q.project_id): q.storage_bytes
+        for q in Quota.objects.filter(tenant_id__in=tenant_ids, user__isnull=True)
+    }
+    rows = []
+    for tenant in Tenant.objects.filter(pk__in=tenant_ids).order_by("slug"):
+        total = sum(v for (t, _), v in used.items() if t == tenant.pk)
+        rows.append(
+            {
+                "tenant": tenant.slug,
+                "project": None,
+                "used_bytes": total,
+                "limit_bytes": limits.get((tenant.pk, None)),
+            }
+        )
+        for project in Project.objects.filter(tenant=tenant).order_by("slug"):
+            key = (tenant.pk, project.pk)
+            if key in used or limits.get(key) is not None:
+                rows.append(
+                    {
+                        "tenant": tenant.slug,
+                        "project": project.slug,
+                        "used_bytes": used.get(key, 0),
+                        "limit_bytes": limits.get(key),
+                    }
+                )
+    return rows

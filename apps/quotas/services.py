@@ -2,14 +2,14 @@
 
 from collections.abc import Callable
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, models, transaction
 
 from apps.core.actor import Actor
 from apps.core.exceptions import Conflict
 from apps.quotas.models import Quota, UsageRecord
 from apps.tenancy.audit import audit_record, diff, snapshot
 
-LIMITS = ["gpus", "cpus", "memory_mb", "running_jobs", "gpu_hours_per_month"]
+LIMITS = ["gpus", "cpus", "memory_mb", "running_jobs", "gpu_hours_per_month", "storage_bytes"]
 
 
 def usage_record(*, attempt) -> UsageRecord | None:
@@ -104,3 +104,39 @@ def on_limits_changed(callback: Callable[..., object]) -> None:
 def _readmit(tenant_id) -> None:
     for callback in _limits_changed:
         callback(tenant_id=tenant_id)
+
+
+class StorageQuotaExceeded(Conflict):
+    """Storing more bytes would pass a tenant's or project's storage limit (HTTP 409)."""
+
+    code = "storage_quota_exceeded"
+
+
+def storage_admit(*, tenant_id, project_id, add_bytes: int) -> None:
+    """Refuse (StorageQuotaExceeded) unless `add_bytes` more fit under the tenant's and the
+    project's storage limits. Call it in the transaction that records the bytes: with limits
+    the tenant row is locked (as admission does), so two uploads never share the same room."""
+    from apps.quotas.selectors import storage_used
+    from apps.tenancy.models import Tenant
+
+    limits = list(
+        Quota.objects.filter(
+            tenant_id=tenant_id, user__isnull=True, storage_bytes__isnull=False
+        ).filter(models.Q(project__isnull=True) | models.Q(project_id=project_id))
+    )
+    if not limits:
+        return
+    Tenant.objects.select_for_update().get(pk=tenant_id)
+    used = storage_used(tenant_ids=[tenant_id])
+    for quota in limits:
+        if quota.project_id is None:
+            now = sum(used.values())
+            scope = "the tenant"
+        else:
+            now = used.get((tenant_id, project_id), 0)
+            scope = "the project"
+        if now + add_bytes > quota.storage_bytes:
+            raise StorageQuotaExceeded(
+                f"Storing {add_bytes} more bytes would pass {scope}'s storage quota: "
+                f"{now} of {quota.storage_bytes} bytes are used."
+            )

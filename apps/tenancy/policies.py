@@ -55,6 +55,14 @@ MATRIX: dict[tuple[str, str], Role] = {
     ("quota", "delete"): Role.ADMIN,
     ("usage", "read"): Role.VIEWER,
     ("usage", "export"): Role.VIEWER,
+    # Datasets (docs/datasets.md): members create them and open, fill and commit versions in
+    # projects they belong to (the rule below); admins delete; viewers read and download.
+    ("dataset", "read"): Role.VIEWER,
+    ("dataset", "create"): Role.MEMBER,
+    ("dataset", "upload"): Role.MEMBER,
+    ("dataset", "commit"): Role.MEMBER,
+    ("dataset", "update"): Role.MEMBER,
+    ("dataset", "delete"): Role.ADMIN,
     ("logs", "search"): Role.VIEWER,
     ("logs", "context"): Role.VIEWER,
     ("failure-signature", "read"): Role.VIEWER,
@@ -149,6 +157,20 @@ def token_rows(actor: Actor) -> Q:
     token of the tenants where they manage others'."""
     managed = tenants_allowed(actor, resource="token", action="manage-others")
     return Q(user_id=actor.user.pk) | Q(tenant_id__in=managed)
+
+
+@_rule(
+    ("dataset", "create"),
+    ("dataset", "upload"),
+    ("dataset", "commit"),
+    ("dataset", "update"),
+    message="You need to be a member of the dataset's project to change it.",
+)
+def writes_datasets_in_project(actor: Actor, target) -> bool:
+    """Members write datasets of the projects they belong to; admins and owners of every
+    project. The target is a project (create), a dataset or a version."""
+    dataset = getattr(target, "dataset", target)
+    return runs_jobs_in_project(actor, getattr(dataset, "project", dataset))
 
 
 # Resources whose rows are narrower than the tenant: resource -> Q over the rows.

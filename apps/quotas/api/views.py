@@ -15,12 +15,19 @@ from apps.core.api.serializers import StrictModelSerializer
 from apps.core.api.views import PatchOnlyMixin, TenantScopedViewSet
 from apps.quotas import services
 from apps.quotas.models import Quota
-from apps.quotas.selectors import usage_summary
+from apps.quotas.selectors import storage_summary, usage_summary
 from apps.tenancy.access import actor_for
 from apps.tenancy.models import Project
 from apps.tenancy.selectors import member_by_username
 
-LIMIT_FIELDS = ["gpus", "cpus", "memory_mb", "running_jobs", "gpu_hours_per_month"]
+LIMIT_FIELDS = [
+    "gpus",
+    "cpus",
+    "memory_mb",
+    "running_jobs",
+    "gpu_hours_per_month",
+    "storage_bytes",
+]
 
 
 class QuotaSerializer(StrictModelSerializer):
@@ -138,7 +145,9 @@ class UsageView(APIView):
 
     @extend_schema(parameters=USAGE_PARAMETERS, responses=UsageRowSerializer(many=True))
     def get(self, request):
-        return Response({"results": _usage_rows(request)})
+        # storage is what is held now (datasets, model files), per tenant and project
+        storage = storage_summary(actor=actor_for(request))
+        return Response({"results": _usage_rows(request), "storage": storage})
 
 
 class UsageExportView(APIView):
