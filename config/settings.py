@@ -154,6 +154,10 @@ TORUS_SHARED_ROOTS = env_list("TORUS_SHARED_ROOTS", [str(DATA_DIR / "shared")])
 # how long (seconds) the API waits for the worker to make a project's storage directories.
 TORUS_DATASET_STORAGE = env_str("TORUS_DATASET_STORAGE", "posix")
 TORUS_STORAGE_ENSURE_TIMEOUT = env_int("TORUS_STORAGE_ENSURE_TIMEOUT", 10, minimum=1)
+# The dataset cache on each node (apps/compute/backends/stager.py): its root on node-local
+# storage (a subtree per node name, tenant, project and user) and each subtree's size limit.
+TORUS_DATASET_CACHE_ROOT = env_str("TORUS_DATASET_CACHE_ROOT", str(DATA_DIR / "dataset-cache"))
+TORUS_DATASET_CACHE_BYTES = env_int("TORUS_DATASET_CACHE_BYTES", 100 * 1024**3, minimum=1)
 
 # Identities on the cluster (apps/identity): people are POSIX users, tenants and projects
 # POSIX groups, from the LDAP directory the nodes resolve ("ldap") or local accounts the

@@ -23,6 +23,7 @@ from apps.identity.directory import DirectoryUnavailable
 from apps.identity.services import IdentityError, JobIdentity, job_identity
 from apps.identity.storage import StorageError, job_tree_ensure, project_tree_ensure
 from apps.jobs import paths
+from apps.jobs.datasets import attempt_datasets_prepare, plan_path
 from apps.jobs.models import AttemptState, Job, JobAttempt
 from apps.jobs.states import State
 
@@ -54,6 +55,7 @@ def prepare(attempt: JobAttempt, *, cluster: Cluster, backend, known: dict) -> J
         uid=identity.uid,
         gid=identity.gid,
     )
+    attempt_datasets_prepare(attempt=attempt, cluster=cluster, identity=identity)
     return identity
 
 
@@ -83,8 +85,12 @@ def build_submission(attempt: JobAttempt, cluster: Cluster, identity: JobIdentit
     }
     if cluster.config.get("slurm_conf"):
         environment["SLURM_CONF"] = cluster.config["slurm_conf"]
+    if spec.get("datasets"):
+        environment["TORUS_DATASETS_PLAN"] = str(plan_path(job, attempt.number))
     if attempt.resume_from:
         environment["TORUS_RESUME_FROM"] = attempt.resume_from
+    if spec.get("register_model"):  # where the registry takes the model from on success
+        environment["TORUS_MODEL_DIR"] = str(paths.job_dir(job) / spec["register_model"]["path"])
     if "master_port" in spec["distributed"]:
         environment["TORUS_MASTER_PORT"] = str(spec["distributed"]["master_port"])
     if "argv" in command:

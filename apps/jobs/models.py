@@ -119,6 +119,10 @@ class JobAttempt(TenantModel):
     cpu_seconds = models.FloatField(default=0)
     # both streams shipped to their end (apps/logs/shipper.py): the shipper looks no more
     logs_shipped = models.BooleanField(default=False)
+    # the dataset versions the attempt was given to read (apps/jobs/datasets.py)
+    dataset_versions = models.ManyToManyField(
+        "datasets.DatasetVersion", blank=True, related_name="attempts"
+    )
 
     class Meta:
         ordering = ["job", "number"]
@@ -160,3 +164,33 @@ class JobEvent(TenantModel):
 
     def __str__(self) -> str:
         return f"{self.from_state or '-'} -> {self.to_state}"
+
+
+class DatasetStage(TenantModel):
+    """What staging an attempt's dataset versions took on one node: the stager's report
+    (apps/compute/backends/stager.py), read when the attempt ends. Written by the job's own
+    process, so it is a measurement, not a proof."""
+
+    tenant_path = "attempt__job__tenant"
+
+    attempt = models.ForeignKey(JobAttempt, on_delete=models.CASCADE, related_name="dataset_stages")
+    node = models.CharField(max_length=64)
+    cache = models.BooleanField(default=True)  # False: read from shared storage
+    note = models.CharField(max_length=255, blank=True, default="")
+    hits = models.PositiveIntegerField(default=0)  # files found in the node's cache
+    misses = models.PositiveIntegerField(default=0)  # files copied into it
+    bytes_staged = models.PositiveBigIntegerField(default=0)
+    bytes_hit = models.PositiveBigIntegerField(default=0)
+    evicted_bytes = models.PositiveBigIntegerField(default=0)
+    seconds = models.FloatField(default=0)
+    versions = models.JSONField(default=list, blank=True)  # per version: as, mode, counts
+
+    class Meta:
+        ordering = ["attempt", "node"]
+        constraints = [
+            models.UniqueConstraint(fields=["attempt", "node"], name="uniq_dataset_stage_node")
+        ]
+        indexes = [models.Index(fields=["node"])]
+
+    def __str__(self) -> str:
+        return f"{self.attempt} on {self.node}"

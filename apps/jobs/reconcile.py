@@ -19,6 +19,7 @@ from apps.compute.models import Cluster
 from apps.compute.services import inventory_store
 from apps.jobs import paths
 from apps.jobs.admission import admit_tenant
+from apps.jobs.datasets import dataset_stages_record
 from apps.jobs.models import ATTEMPT_ENDED, AttemptState, Job, JobAttempt
 from apps.jobs.states import State
 from apps.quotas.services import usage_record
@@ -215,6 +216,7 @@ def _finish(
     attempt.reason = _describe(outcome, found)
     attempt.save()
     usage_record(attempt=attempt)
+    dataset_stages_record(attempt=attempt)
     job.exit_code = found.exit_code
     latest = paths.latest_checkpoint(job.checkpoint_dir)
     if latest:

@@ -50,3 +50,27 @@ def read_log_chunk(*, job: Job, stream: str, offset: int, limit: int, attempt: i
         "data": data.decode("utf-8", errors="replace"),
         "complete": row.state in ATTEMPT_ENDED and next_offset >= size,
     }
+
+
+def node_cache_summary(*, actor, node: str | None = None) -> list[dict]:
+    """Dataset cache figures per node (apps/jobs/datasets.py) over the attempts of the jobs
+    the actor can see: files found in the cache, files staged, bytes staged and evicted."""
+    from django.db.models import Count, F, Sum
+
+    from apps.jobs.models import DatasetStage
+
+    stages = DatasetStage.objects.visible_to(actor)
+    if node:
+        stages = stages.filter(node=node)
+    return list(
+        stages.values("node", cluster=F("attempt__job__cluster__name"))
+        .annotate(
+            attempts=Count("attempt", distinct=True),
+            hits=Sum("hits"),
+            misses=Sum("misses"),
+            bytes_staged=Sum("bytes_staged"),
+            bytes_hit=Sum("bytes_hit"),
+            evicted_bytes=Sum("evicted_bytes"),
+        )
+        .order_by("cluster", "node")
+    )

@@ -13,6 +13,7 @@ from apps.compute.placement import choose_placement
 from apps.core.actor import Actor
 from apps.core.exceptions import Conflict
 from apps.jobs import paths
+from apps.jobs.datasets import datasets_resolve
 from apps.jobs.models import ATTEMPT_ENDED, AttemptState, Job, JobAttempt, JobEvent
 from apps.jobs.spec import normalise, paths_check, totals
 from apps.jobs.states import TERMINAL, State, check_transition
@@ -97,6 +98,9 @@ def job_submit_many(*, actor: Actor, items: list[tuple[Project, dict]]) -> list[
     for project, raw in items:
         spec = normalise(raw)
         paths_check(spec=spec, tenant=project.tenant)
+        spec["datasets"] = datasets_resolve(
+            actor=actor, project=project, refs=spec.get("datasets") or []
+        )
         key = repr((spec["resources"], spec["environment"]["type"]))
         if key not in placements:
             placements[key] = choose_placement(

@@ -20,6 +20,7 @@ LABEL_VALUE_RE = re.compile(r"^[A-Za-z0-9._-]{0,63}$")
 TOKEN_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}$")
 MEMORY_RE = re.compile(r"^(\d+)\s*([KMGT]?)i?B?$", re.IGNORECASE)
+DATASET_AS_RE = re.compile(r"^[A-Z][A-Z0-9_]{0,31}$")
 TIME_RE = re.compile(r"^(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)$")
 
 # Set by the platform for every process; a job may not override them.
@@ -206,6 +207,34 @@ class RestartPolicySerializer(StrictSerializer):
     backoff_seconds = serializers.IntegerField(min_value=0, max_value=3600, default=5)
 
 
+class DatasetRefSerializer(StrictSerializer):
+    """One dataset version a job reads: {"version": "<name>:<n>" or id, "as": "TRAIN"}."""
+
+    version = serializers.CharField(max_length=100)
+
+    def get_fields(self):
+        fields = super().get_fields()
+        fields["as"] = serializers.CharField(
+            max_length=32, help_text="The job finds it at $TORUS_DATASET_<as>."
+        )
+        return fields
+
+    def validate_version(self, value):
+        from apps.jobs.datasets import version_problem
+
+        problem = version_problem(value)
+        if problem:
+            raise serializers.ValidationError(problem)
+        return value
+
+    def validate(self, attrs):
+        if not DATASET_AS_RE.match(attrs["as"]):
+            raise serializers.ValidationError(
+                {"as": ["Upper-case letters, digits and '_', starting with a letter."]}
+            )
+        return attrs
+
+
 class JobSpecSerializer(StrictSerializer):
     project = serializers.UUIDField()
     name = serializers.CharField(max_length=64)
@@ -221,6 +250,10 @@ class JobSpecSerializer(StrictSerializer):
     restart_policy = RestartPolicySerializer(default=dict)
     priority = serializers.IntegerField(min_value=-1000, max_value=1000, default=0)
     labels = serializers.DictField(child=serializers.CharField(allow_blank=True), default=dict)
+    datasets = serializers.ListField(child=DatasetRefSerializer(), default=list, max_length=16)
+    dataset_cache = serializers.BooleanField(
+        default=True, help_text="Stage datasets into the node's cache (false: read in place)."
+    )
 
     NESTED = ("environment", "resources", "distributed", "restart_policy")
 
@@ -254,6 +287,12 @@ class JobSpecSerializer(StrictSerializer):
                 errors[key] = ["At most 32 KiB."]
         if errors:
             raise serializers.ValidationError(errors)
+        return value
+
+    def validate_datasets(self, value):
+        names = [item["as"] for item in value]
+        if len(set(names)) != len(names):
+            raise serializers.ValidationError("Each dataset needs its own 'as' name.")
         return value
 
     def validate_labels(self, value):

@@ -20,6 +20,17 @@ fi
 export MASTER_PORT="${TORUS_MASTER_PORT:-$((20000 + SLURM_JOB_ID % 12000))}"
 export WORLD_SIZE=$((SLURM_NNODES * TORUS_TASKS_PER_NODE))
 
+# Dataset versions (apps/compute/backends/stager.py): staged once per node into its cache, or
+# read in place; each task then gets TORUS_DATASET_<AS> from its node's env file.
+if [[ -n "${TORUS_DATASETS_PLAN:-}" ]]; then
+  stager="${TORUS_DATASETS_PLAN%/*}/stager.py"
+  if [[ "$SLURM_NNODES" == 1 ]]; then
+    python3 -I "$stager" "$TORUS_DATASETS_PLAN"
+  else
+    srun --ntasks="$SLURM_NNODES" --ntasks-per-node=1 python3 -I "$stager" "$TORUS_DATASETS_PLAN"
+  fi
+fi
+
 # Run inside every task: rebuild the argv from base64 words (data, never evaluated), set the
 # rank variables from Slurm's, then exec the program.
 read -r -d '' TORUS_TASK_SH <<'TASK' || true
@@ -30,6 +41,12 @@ if [[ -n "${TORUS_SCRIPT_B64:-}" ]]; then
   args=(bash -c "$(decode "$TORUS_SCRIPT_B64")" torus-script)
 else
   for word in $TORUS_ARGV_B64; do args+=("$(decode "$word")"); done
+fi
+if [[ -n "${TORUS_DATASETS_PLAN:-}" ]]; then
+  while IFS= read -r line; do
+    key=${line%%=*}
+    if [[ "$key" =~ ^TORUS_DATASETS?(_[A-Z][A-Z0-9_]*)?$ ]]; then export "$key=${line#*=}"; fi
+  done < "${TORUS_DATASETS_PLAN%/*}/datasets-${SLURMD_NODENAME}.env"
 fi
 export NODE_RANK="${SLURM_NODEID:-0}"
 case "$TORUS_LAUNCHER" in

@@ -32,6 +32,7 @@ import re
 import shutil
 import socket
 import stat
+import subprocess
 import sys
 import time
 import urllib.request
@@ -142,10 +143,12 @@ class Cache:
         os.utime(path, (until, until))
 
     def leased(self, version_id: str) -> bool:
+        """A job may still read the version: a lease not expired whose Slurm job has not
+        ended (a lease from outside Slurm lasts until it expires)."""
         directory, now, held = self.leases / version_id, time.time(), False
         with contextlib.suppress(FileNotFoundError):
             for lease in directory.iterdir():
-                if lease.stat().st_mtime > now:
+                if lease.stat().st_mtime > now and _job_alive(lease.name):
                     held = True
                 else:
                     lease.unlink(missing_ok=True)
@@ -193,6 +196,7 @@ class Cache:
                 if not got or self.leased(version_id):
                     continue  # being staged or read right now
                 doomed = self.tmp / f"evict-{version_id}-{os.getpid()}"
+                os.chmod(self.versions / version_id, 0o700)
                 os.rename(self.versions / version_id, doomed)
                 _make_writable(doomed)
                 shutil.rmtree(doomed)
@@ -230,7 +234,9 @@ class Cache:
                 shutil.rmtree(building, ignore_errors=True)
                 raise
             _seal(building)
+            os.chmod(building, 0o700)  # a directory moves to another parent only if writable
             os.rename(building, view)  # the whole version appears at once
+            os.chmod(view, 0o500)
             self.lease(version_id, name=lease_name, seconds=lease_seconds)
         return {**result, "path": str(view), "mode": "staged"}
 
@@ -254,6 +260,28 @@ class Cache:
                 os.link(dest, blob)
             result["misses"] += 1
             result["bytes_staged"] += entry["size"]
+
+
+def _job_alive(lease_name: str) -> bool:
+    """'job-<id>.<node>': ask Slurm whether the job still runs; unsure means yes."""
+    if not lease_name.startswith("job-"):
+        return True
+    job_id = lease_name[4:].split(".", 1)[0]
+    if not job_id.isdigit():
+        return True
+    try:
+        result = subprocess.run(  # noqa: S603
+            ["squeue", "-h", "-j", job_id, "-o", "%T"],  # noqa: S607
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return True
+    if result.returncode != 0:
+        return "Invalid job id" not in result.stderr
+    return result.stdout.strip() in ("RUNNING", "PENDING", "CONFIGURING", "SUSPENDED")
 
 
 def stage_direct(version: dict, out_dir: Path) -> str:
@@ -282,7 +310,8 @@ def run(plan_path: Path, *, node: str) -> dict:
         why_not = cache.usable()
         if why_not:
             cache = None
-    lease_name = f"{os.environ.get('SLURM_JOB_ID', os.getpid())}.{node}"
+    job_id = os.environ.get("SLURM_JOB_ID", "")
+    lease_name = f"job-{job_id}.{node}" if job_id.isdigit() else f"pid-{os.getpid()}.{node}"
     report = {"node": node, "cache": cache is not None, "note": why_not, "versions": []}
     env = {}
     for version in plan["datasets"]:

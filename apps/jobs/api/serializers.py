@@ -2,7 +2,7 @@
 
 from rest_framework import serializers
 
-from apps.jobs.models import Job, JobAttempt, JobEvent
+from apps.jobs.models import DatasetStage, Job, JobAttempt, JobEvent
 
 
 class JobEventSerializer(serializers.ModelSerializer):
@@ -14,7 +14,35 @@ class JobEventSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class DatasetStageSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = DatasetStage
+        fields = [
+            "node",
+            "cache",
+            "note",
+            "hits",
+            "misses",
+            "bytes_staged",
+            "bytes_hit",
+            "evicted_bytes",
+            "seconds",
+            "versions",
+        ]
+        read_only_fields = fields
+
+
+class AttemptDatasetVersionSerializer(serializers.Serializer):
+    id = serializers.UUIDField(read_only=True)
+    dataset = serializers.UUIDField(source="dataset_id", read_only=True)
+    ref = serializers.CharField(source="__str__", read_only=True)
+    number = serializers.IntegerField(read_only=True)
+
+
 class JobAttemptSerializer(serializers.ModelSerializer):
+    dataset_versions = AttemptDatasetVersionSerializer(many=True, read_only=True)
+    dataset_cache = DatasetStageSerializer(source="dataset_stages", many=True, read_only=True)
+
     class Meta:
         model = JobAttempt
         fields = [
@@ -37,6 +65,8 @@ class JobAttemptSerializer(serializers.ModelSerializer):
             "stderr_path",
             "gpu_seconds",
             "cpu_seconds",
+            "dataset_versions",
+            "dataset_cache",
         ]
         read_only_fields = fields
 
@@ -148,3 +178,14 @@ class MetricPointSerializer(serializers.Serializer):
 
 class MetricSeriesSerializer(serializers.Serializer):
     series = serializers.DictField(child=MetricPointSerializer(many=True))
+
+
+class NodeCacheSerializer(serializers.Serializer):
+    cluster = serializers.CharField()
+    node = serializers.CharField()
+    attempts = serializers.IntegerField()
+    hits = serializers.IntegerField()
+    misses = serializers.IntegerField()
+    bytes_staged = serializers.IntegerField()
+    bytes_hit = serializers.IntegerField()
+    evicted_bytes = serializers.IntegerField()

@@ -21,9 +21,10 @@ from apps.jobs.api.serializers import (
     LogQuerySerializer,
     MetricQuerySerializer,
     MetricSeriesSerializer,
+    NodeCacheSerializer,
 )
 from apps.jobs.models import Job
-from apps.jobs.selectors import read_log_chunk
+from apps.jobs.selectors import node_cache_summary, read_log_chunk
 from apps.jobs.spec import JobSpecSerializer
 from apps.logs.selectors import job_metric_series
 
@@ -40,7 +41,11 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedV
     def get_queryset(self):
         queryset = super().get_queryset()
         if self.action == "retrieve":
-            queryset = queryset.prefetch_related("attempts", "events__attempt")
+            queryset = queryset.prefetch_related(
+                "attempts__dataset_versions__dataset",
+                "attempts__dataset_stages",
+                "events__attempt",
+            )
         return queryset
 
     def get_serializer_class(self):
@@ -77,6 +82,17 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedV
         return Response(
             {"results": JobSerializer(jobs, many=True).data}, status=status.HTTP_201_CREATED
         )
+
+    @extend_schema(
+        parameters=[OpenApiParameter("node", OpenApiTypes.STR)],
+        responses=NodeCacheSerializer(many=True),
+    )
+    @action(detail=False, methods=["get"], url_path="dataset-cache", policy_action="read")
+    def dataset_cache(self, request):
+        """The dataset cache per node, over the jobs the caller can see: files found in the
+        cache (hits), files staged into it (misses), bytes staged and evicted."""
+        rows = node_cache_summary(actor=self.actor, node=request.query_params.get("node"))
+        return Response(NodeCacheSerializer(rows, many=True).data)
 
     @extend_schema(request=None, responses=JobDetailSerializer)
     @action(detail=True, methods=["post"], policy_action="cancel")
