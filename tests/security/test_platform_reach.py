@@ -70,6 +70,7 @@ def service_ports() -> dict[str, int]:
         "slurmdbd": int(os.environ.get("TORUS_SLURMDBD_PORT", "16819")),
         "slurm-mariadb": int(os.environ.get("TORUS_SLURM_MARIADB_PORT", "16830")),
         "ldap": int(os.environ.get("TORUS_LDAP_PORT", "13389")),
+        "s3": int(os.environ.get("TORUS_S3_PORT", "19000")),
     }
 
 
@@ -92,6 +93,8 @@ def test_a_job_uid_cannot_read_the_platforms_files_or_use_the_postgres_socket():
         var / "secret-key",
         var / "secrets" / "services.env",
         var / "secrets" / "postgres-password",
+        var / "secrets" / "s3-secret-key",
+        var / "s3" / "bin" / "settings",
         var / "postgres" / "data" / "PG_VERSION",
         var / "redis" / "redis.conf",
         var / "log" / "postgres.log",
