@@ -9,6 +9,7 @@ from apps.jobs.api.urls import register as register_jobs
 from apps.logs.api.signatures import FailureSignatureViewSet
 from apps.quotas.api.urls import register as register_quotas
 from apps.quotas.api.views import UsageExportView, UsageView
+from apps.registry.api.urls import register as register_registry
 from apps.tenancy.api.urls import register as register_tenancy
 from apps.tenancy.api.views import CsrfView, LoginView, LogoutView, MeView
 
@@ -18,6 +19,7 @@ register_compute(router)
 register_quotas(router)
 register_jobs(router)
 register_datasets(router)
+register_registry(router)
 router.register("failure-signatures", FailureSignatureViewSet, basename="failure-signature")
 
 urlpatterns = [
@@ -26,6 +28,7 @@ urlpatterns = [
     path("auth/logout", LogoutView.as_view(), name="auth-logout"),
     path("auth/me", MeView.as_view(), name="auth-me"),
     path("logs/", include("apps.logs.api.urls")),
+    path("lineage/", include("apps.registry.api.urls")),
     path("usage/", UsageView.as_view(), name="usage"),
     path("usage/export", UsageExportView.as_view(), name="usage-export"),
     path("", include(router.urls)),

@@ -50,6 +50,7 @@ INSTALLED_APPS = [
     "apps.logs",
     "apps.identity",
     "apps.datasets",
+    "apps.registry",
 ]
 
 MIDDLEWARE = [
@@ -230,6 +231,18 @@ EMAIL_HOST_USER = env_str("TORUS_EMAIL_USER", "")
 EMAIL_HOST_PASSWORD = env_str("TORUS_EMAIL_PASSWORD", "")
 EMAIL_USE_TLS = env_bool("TORUS_EMAIL_USE_TLS", False)
 DEFAULT_FROM_EMAIL = env_str("TORUS_EMAIL_FROM", "torus@localhost")
+
+# Model registry webhooks (docs/registry.md): private, loopback and link-local targets are
+# refused unless allowed here; tries back off exponentially from the base.
+TORUS_WEBHOOK_ALLOW_PRIVATE = env_bool("TORUS_WEBHOOK_ALLOW_PRIVATE", False)
+TORUS_WEBHOOK_ALLOWED_CIDRS = env_list("TORUS_WEBHOOK_ALLOWED_CIDRS", [])
+TORUS_WEBHOOK_MAX_ATTEMPTS = env_int("TORUS_WEBHOOK_MAX_ATTEMPTS", 6, minimum=1)
+TORUS_WEBHOOK_BACKOFF_SECONDS = env_int("TORUS_WEBHOOK_BACKOFF_SECONDS", 10, minimum=0)
+TORUS_WEBHOOK_TIMEOUT_SECONDS = env_int("TORUS_WEBHOOK_TIMEOUT_SECONDS", 10, minimum=1)
+CELERY_BEAT_SCHEDULE["registry-webhook-sweep"] = {
+    "task": "registry.webhook_sweep",
+    "schedule": 60.0,
+}
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

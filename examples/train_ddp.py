@@ -21,6 +21,7 @@ Output (stdout, one flushed line per event, rank 0 only):
     torus-metric step=<n> loss=<float> samples_per_sec=<float>
     checkpoint saved step=<n> path=<path>
     resumed from <path> at step <n>
+    model saved path=<dir>   (with --save-model or $TORUS_MODEL_DIR)
     {"final_step": N, "final_loss": L, "world_size": W, "param_checksum": C}
 
 See examples/README.md.
@@ -76,6 +77,12 @@ def parse_args(argv=None):
         help="seconds to sleep after each step (to slow a test run down)",
     )
     p.add_argument("--timeout", type=float, default=300.0, help="process-group timeout in seconds")
+    p.add_argument(
+        "--save-model",
+        default=os.environ.get("TORUS_MODEL_DIR") or None,
+        help="rank 0 writes the final model here (model.pt, config.json); default "
+        "$TORUS_MODEL_DIR, which Torus sets for a job whose spec has register_model",
+    )
     args = p.parse_args(argv)
     if args.steps < 0:
         p.error("--steps must be >= 0")
@@ -282,6 +289,28 @@ def param_checksum(model: nn.Module) -> float:
     return float(sum(p.detach().double().sum().item() for p in model.parameters()))
 
 
+def save_model(directory: str, model: nn.Module, args, final_step: int, final_loss: float):
+    """The trained model for the registry: its weights and what rebuilds it."""
+    os.makedirs(directory, exist_ok=True)
+    atomic_write_bytes(
+        os.path.join(directory, "model.pt"), lambda f: torch.save(model.state_dict(), f)
+    )
+    config = {
+        "architecture": "mlp",
+        "in_dim": IN_DIM,
+        "hidden": HIDDEN,
+        "out_dim": 1,
+        "seed": args.seed,
+        "steps": final_step,
+        "final_loss": final_loss,
+        "torch": torch.__version__,
+    }
+    atomic_write_bytes(
+        os.path.join(directory, "config.json"),
+        lambda f: f.write(json.dumps(config, indent=2).encode() + b"\n"),
+    )
+
+
 def train(args) -> None:
     world_size = env_int("WORLD_SIZE")
     rank = env_int("RANK")
@@ -376,6 +405,9 @@ def train(args) -> None:
     if rank == 0:
         with torch.no_grad():
             final_loss = (nn.functional.mse_loss(model(x_all), y_all)).item()
+        if args.save_model:
+            save_model(args.save_model, model, args, final_step, final_loss)
+            log(f"model saved path={args.save_model}")
         log(
             json.dumps(
                 {

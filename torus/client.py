@@ -34,9 +34,15 @@ class Client:
 
     # -- transport ---------------------------------------------------------------------
 
-    def request(self, method: str, path: str, *, json: Any = None, params=None) -> Any:
+    def request(
+        self, method: str, path: str, *, json: Any = None, params=None, content=None
+    ) -> Any:
+        """One call; `content` (bytes) is sent raw as application/octet-stream."""
+        headers = {"Content-Type": "application/octet-stream"} if content is not None else None
         try:
-            response = self._http.request(method, path, json=json, params=params)
+            response = self._http.request(
+                method, path, json=json, params=params, content=content, headers=headers
+            )
         except httpx.HTTPError as exc:
             raise TorusError(f"cannot reach Torus at {self.url}: {exc}") from exc
         if response.status_code == 204:
@@ -54,6 +60,39 @@ class Client:
                 fields=error.get("fields"),
             )
         return body
+
+    def download(self, path: str, dest, *, params=None, on_progress=None) -> int:
+        """Stream a GET into the binary file `dest`; `on_progress(done, total)` after each
+        chunk (total: the Content-Length, or None). Returns the bytes written."""
+        try:
+            with self._http.stream("GET", path, params=params, follow_redirects=True) as response:
+                if response.is_error:
+                    response.read()
+                    self._raise(response)
+                total = response.headers.get("Content-Length")
+                total = int(total) if total and total.isdigit() else None
+                done = 0
+                for chunk in response.iter_bytes(1024 * 1024):
+                    dest.write(chunk)
+                    done += len(chunk)
+                    if on_progress:
+                        on_progress(done, total)
+                return done
+        except httpx.HTTPError as exc:
+            raise TorusError(f"cannot reach Torus at {self.url}: {exc}") from exc
+
+    def _raise(self, response) -> None:
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        error = (body or {}).get("error", {}) if isinstance(body, dict) else {}
+        raise TorusError(
+            error.get("message") or f"HTTP {response.status_code}",
+            status=response.status_code,
+            code=error.get("code", "error"),
+            fields=error.get("fields"),
+        )
 
     def paginate(self, path: str, **params) -> Iterator[dict]:
         """Every row of a list endpoint, following the cursor."""

@@ -232,6 +232,8 @@ def _finish(
     )
     if outcome == AttemptState.SUCCEEDED:
         transition(job=job, to=State.SUCCEEDED, attempt=attempt, reason="exit code 0")
+        if job.spec.get("register_model"):
+            _register_model_on_commit(attempt)
     elif outcome == AttemptState.CANCELLED or job.cancel_requested:
         who = "by request" if job.cancel_requested else "on the cluster"
         transition(job=job, to=State.CANCELLED, attempt=attempt, reason=f"cancelled {who}")
@@ -268,6 +270,15 @@ def _finish(
         left = " (no restarts left)" if retryable else ""
         transition(job=job, to=State.FAILED, attempt=attempt, reason=attempt.reason + left)
     return "ended"
+
+
+def _register_model_on_commit(attempt: JobAttempt) -> None:
+    """The registry copies a succeeded job's model in (apps/registry/tasks.py); sent by task
+    name, so jobs never import the registry."""
+    from config.celery import app
+
+    pk = str(attempt.pk)
+    transaction.on_commit(lambda: app.send_task("registry.register_from_attempt", args=[pk]))
 
 
 def _describe(outcome: str, found: BackendJob) -> str:

@@ -22,6 +22,8 @@ IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}$")
 MEMORY_RE = re.compile(r"^(\d+)\s*([KMGT]?)i?B?$", re.IGNORECASE)
 DATASET_AS_RE = re.compile(r"^[A-Z][A-Z0-9_]{0,31}$")
 TIME_RE = re.compile(r"^(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)$")
+MODEL_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+ALIAS_RE = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
 
 # Set by the platform for every process; a job may not override them.
 RESERVED_ENV = {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "NODE_RANK", "LOCAL_RANK"}
@@ -140,6 +142,38 @@ class CommandField(serializers.Field):
         return value.get("argv", value.get("script"))
 
 
+class RegisterModelSerializer(StrictSerializer):
+    """On success, register <job dir>/<path> as a new version of model `name` (docs/registry.md)."""
+
+    name = serializers.CharField(max_length=100)
+    path = serializers.CharField(max_length=1000, default="model")
+    alias = serializers.CharField(max_length=40, required=False)
+    framework = serializers.CharField(max_length=64, required=False)
+
+    def validate_name(self, value):
+        if not MODEL_NAME_RE.match(value):
+            raise serializers.ValidationError(
+                "1-100 letters, digits, '.', '_' or '-', starting with a letter or digit."
+            )
+        return value
+
+    def validate_path(self, value):
+        _no_control(value)
+        parts = value.split("/")
+        if value.startswith("/") or any(part in ("", ".", "..") for part in parts):
+            raise serializers.ValidationError(
+                "A relative path inside the job's directory, without '.' or '..' parts."
+            )
+        return value
+
+    def validate_alias(self, value):
+        if not ALIAS_RE.match(value) or value == "latest":
+            raise serializers.ValidationError(
+                "Lowercase letters, digits, '_' or '-', starting with a letter."
+            )
+        return value
+
+
 class ResourcesSerializer(StrictSerializer):
     nodes = serializers.IntegerField(min_value=1, max_value=64, default=1)
     tasks_per_node = serializers.IntegerField(min_value=1, max_value=128, default=1)
@@ -249,6 +283,7 @@ class JobSpecSerializer(StrictSerializer):
     distributed = DistributedSerializer(default=dict)
     restart_policy = RestartPolicySerializer(default=dict)
     priority = serializers.IntegerField(min_value=-1000, max_value=1000, default=0)
+    register_model = RegisterModelSerializer(required=False)
     labels = serializers.DictField(child=serializers.CharField(allow_blank=True), default=dict)
     datasets = serializers.ListField(child=DatasetRefSerializer(), default=list, max_length=16)
     dataset_cache = serializers.BooleanField(

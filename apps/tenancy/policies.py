@@ -70,10 +70,27 @@ MATRIX: dict[tuple[str, str], Role] = {
     ("failure-signature", "create"): Role.ADMIN,
     ("failure-signature", "update"): Role.ADMIN,
     ("failure-signature", "delete"): Role.ADMIN,
+    # Model registry (docs/registry.md): members register, alias and stage models of their
+    # projects (the rule below); admins delete them and manage the tenant's webhooks.
+    ("model", "read"): Role.VIEWER,
+    ("model", "download"): Role.VIEWER,
+    ("model", "create"): Role.MEMBER,
+    ("model", "create-version"): Role.MEMBER,
+    ("model", "update"): Role.MEMBER,
+    ("model", "alias"): Role.MEMBER,
+    ("model", "stage"): Role.MEMBER,
+    ("model", "delete"): Role.ADMIN,
+    ("lineage", "read"): Role.VIEWER,
+    ("webhook", "read"): Role.ADMIN,
+    ("webhook", "create"): Role.ADMIN,
+    ("webhook", "update"): Role.ADMIN,
+    ("webhook", "delete"): Role.ADMIN,
 }
 
 # Actions that only read: the only ones a read-only token may do.
-READ_ACTIONS = frozenset({"read", "logs", "metrics", "export", "search", "context", "stats"})
+READ_ACTIONS = frozenset(
+    {"read", "logs", "metrics", "export", "search", "context", "stats", "download"}
+)
 
 # Not tenant data: every signed-in user may do these (clusters, nodes and accelerator types are
 # platform infrastructure, written by operators in /admin/; "account" is the caller's own
@@ -138,6 +155,26 @@ def owns_job_or_admin(actor: Actor, job) -> bool:
     return job.user_id == actor.user.pk or has_role(
         actor, tenant_id=job.tenant_id, minimum=Role.ADMIN
     )
+
+
+@_rule(
+    ("model", "create-version"),
+    ("model", "update"),
+    ("model", "alias"),
+    ("model", "stage"),
+    message="You need to be a member of the model's project to change it.",
+)
+def works_in_models_project(actor: Actor, target) -> bool:
+    """Members register and change models in the projects they belong to; admins and owners
+    in every project."""
+    model = getattr(target, "model", target)  # a version, a model or a project
+    return runs_jobs_in_project(actor, getattr(model, "project", model))
+
+
+RULES[("model", "create")] = Rule(
+    check=runs_jobs_in_project,
+    message="You need to be a member of project {target.slug} to register models in it.",
+)
 
 
 @_rule(

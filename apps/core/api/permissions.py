@@ -41,6 +41,8 @@ CRUD_ACTIONS = {
 def matrix_action(view, request) -> str:
     """The policy action of this request."""
     declared = getattr(view, "policy_action", None)
+    if isinstance(declared, dict):  # one route, an action per method: {"get": ..., "post": ...}
+        declared = declared.get(request.method.lower())
     if declared:
         return declared
     action = getattr(view, "action", None)

@@ -1,0 +1,204 @@
+"""Registry serializers: validate shapes here; the services validate meaning."""
+
+from rest_framework import serializers
+
+from apps.core.api.serializers import StrictModelSerializer, StrictSerializer
+from apps.registry.models import (
+    ModelAlias,
+    ModelFile,
+    ModelVersion,
+    RegisteredModel,
+    Stage,
+    Webhook,
+    WebhookDelivery,
+    WebhookEvent,
+)
+
+
+class RegisteredModelSerializer(StrictModelSerializer):
+    project = serializers.UUIDField(source="project_id")
+    project_slug = serializers.CharField(source="project.slug", read_only=True)
+    tenant_id = serializers.UUIDField(read_only=True)
+    latest_version = serializers.IntegerField(source="last_number", read_only=True)
+    aliases = serializers.SerializerMethodField()
+    created_by = serializers.CharField(source="created_by.username", read_only=True, default=None)
+
+    class Meta:
+        model = RegisteredModel
+        fields = [
+            "id",
+            "tenant_id",
+            "project",
+            "project_slug",
+            "name",
+            "description",
+            "tags",
+            "latest_version",
+            "aliases",
+            "created_by",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = ["id", "created_at", "updated_at"]
+        validators = []
+
+    def get_aliases(self, obj) -> dict[str, int]:
+        return {alias.name: alias.version.number for alias in obj.aliases.all()}
+
+
+class ModelUpdateSerializer(StrictSerializer):
+    description = serializers.CharField(allow_blank=True, required=False, max_length=10_000)
+    tags = serializers.DictField(child=serializers.CharField(allow_blank=True), required=False)
+
+
+class ModelFileSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ModelFile
+        fields = ["path", "size", "sha256"]
+
+
+class ModelVersionSerializer(serializers.ModelSerializer):
+    model = serializers.UUIDField(source="model_id", read_only=True)
+    model_name = serializers.CharField(source="model.name", read_only=True)
+    aliases = serializers.SerializerMethodField()
+    dataset_versions = serializers.SerializerMethodField()
+    created_by = serializers.CharField(source="created_by.username", read_only=True, default=None)
+
+    class Meta:
+        model = ModelVersion
+        fields = [
+            "id",
+            "model",
+            "model_name",
+            "number",
+            "state",
+            "stage",
+            "storage",
+            "framework",
+            "description",
+            "card",
+            "metrics",
+            "params",
+            "tags",
+            "aliases",
+            "source_job",
+            "source_attempt",
+            "dataset_versions",
+            "file_count",
+            "size_bytes",
+            "manifest_sha256",
+            "error",
+            "created_by",
+            "created_at",
+            "ready_at",
+        ]
+        read_only_fields = fields
+
+    def get_aliases(self, obj) -> list[str]:
+        return sorted(alias.name for alias in obj.aliases.all())
+
+    def get_dataset_versions(self, obj) -> list[str]:
+        return [str(dv.pk) for dv in obj.dataset_versions.all()]
+
+
+class VersionCreateSerializer(StrictSerializer):
+    framework = serializers.CharField(allow_blank=True, required=False, max_length=64)
+    description = serializers.CharField(allow_blank=True, required=False, max_length=10_000)
+    card = serializers.CharField(
+        allow_blank=True, required=False, trim_whitespace=False, help_text="Markdown"
+    )
+    metrics = serializers.DictField(required=False)
+    params = serializers.DictField(required=False)
+    tags = serializers.DictField(required=False)
+    dataset_versions = serializers.ListField(
+        child=serializers.CharField(max_length=200),
+        required=False,
+        max_length=100,
+        help_text='UUIDs or "<dataset>:<number>"',
+    )
+    source_attempt = serializers.UUIDField(required=False, allow_null=True)
+    path = serializers.CharField(
+        required=False,
+        max_length=1024,
+        help_text="A directory in the project's tree to copy in (instead of uploading files)",
+    )
+
+
+class VersionUpdateSerializer(StrictSerializer):
+    description = serializers.CharField(allow_blank=True, required=False, max_length=10_000)
+    card = serializers.CharField(allow_blank=True, required=False, trim_whitespace=False)
+    tags = serializers.DictField(required=False)
+
+
+class StageSerializer(StrictSerializer):
+    stage = serializers.ChoiceField(choices=Stage.choices)
+
+
+class AliasSetSerializer(StrictSerializer):
+    version = serializers.IntegerField(min_value=1)
+
+
+class AliasSerializer(serializers.ModelSerializer):
+    version = serializers.IntegerField(source="version.number")
+
+    class Meta:
+        model = ModelAlias
+        fields = ["name", "version", "updated_at"]
+
+
+class UploadQuerySerializer(StrictSerializer):
+    offset = serializers.IntegerField(min_value=0, default=0)
+
+
+class CompareQuerySerializer(StrictSerializer):
+    a = serializers.IntegerField(min_value=1)
+    b = serializers.IntegerField(min_value=1)
+
+
+class WebhookSerializer(StrictModelSerializer):
+    tenant = serializers.CharField(write_only=True, required=False)
+    tenant_id = serializers.UUIDField(read_only=True)
+    events = serializers.ListField(
+        child=serializers.ChoiceField(choices=WebhookEvent.choices), min_length=1
+    )
+
+    class Meta:
+        model = Webhook
+        fields = [
+            "id",
+            "tenant",
+            "tenant_id",
+            "url",
+            "events",
+            "description",
+            "active",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = ["id", "tenant_id", "created_at", "updated_at"]
+        extra_kwargs = {"url": {"validators": []}}  # the service decides (scheme, addresses)
+        validators = []
+
+
+class WebhookCreatedSerializer(WebhookSerializer):
+    secret = serializers.CharField(read_only=True, help_text="Shown once: store it now.")
+
+    class Meta(WebhookSerializer.Meta):
+        fields = [*WebhookSerializer.Meta.fields, "secret"]
+
+
+class WebhookDeliverySerializer(serializers.ModelSerializer):
+    class Meta:
+        model = WebhookDelivery
+        fields = [
+            "id",
+            "event",
+            "payload",
+            "state",
+            "attempts",
+            "response_code",
+            "error",
+            "next_attempt_at",
+            "delivered_at",
+            "created_at",
+        ]

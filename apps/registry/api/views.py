@@ -1,0 +1,419 @@
+"""Registry endpoints: /api/v1/models/... (versions, files, aliases, lineage, compare),
+/api/v1/webhooks/ and /api/v1/lineage/dataset-versions/{id}."""
+
+import tarfile
+import uuid
+
+from django.core.exceptions import ValidationError
+from django.http import Http404, HttpResponseRedirect, StreamingHttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import mixins, status
+from rest_framework.decorators import action
+from rest_framework.parsers import JSONParser
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from apps.core.api.views import PatchOnlyMixin, TenantScopedViewSet
+from apps.datasets.storage.base import CHUNK_BYTES
+from apps.registry import selectors, services
+from apps.registry.api.serializers import (
+    AliasSerializer,
+    AliasSetSerializer,
+    CompareQuerySerializer,
+    ModelFileSerializer,
+    ModelUpdateSerializer,
+    ModelVersionSerializer,
+    RegisteredModelSerializer,
+    StageSerializer,
+    UploadQuerySerializer,
+    VersionCreateSerializer,
+    VersionUpdateSerializer,
+    WebhookCreatedSerializer,
+    WebhookDeliverySerializer,
+    WebhookSerializer,
+)
+from apps.registry.models import ModelVersion, RegisteredModel, VersionState, Webhook
+from apps.tenancy.access import actor_for
+
+VERSION = r"versions/(?P<number>[0-9]{1,9})"
+READ_BYTES = 64 * 1024
+
+
+class OctetStreamParser:
+    """Accepts a raw body without reading it: the view streams request.stream itself."""
+
+    media_type = "application/octet-stream"
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        return {}
+
+
+def _body_chunks(request):
+    stream = request.stream
+    if stream is None:
+        return
+    while chunk := stream.read(READ_BYTES):
+        yield chunk
+
+
+def _stream_file(storage, key: str):
+    with storage.open(key=key) as handle:
+        while chunk := handle.read(CHUNK_BYTES):
+            yield chunk
+
+
+def _tar_stream(version: ModelVersion):
+    """A tar of the version's files, streamed file by file (never the whole in memory)."""
+    storage = services._storage(version)
+    for row in version.files.order_by("path"):
+        info = tarfile.TarInfo(name=f"{version.model.name}-v{version.number}/{row.path}")
+        info.size, info.mode = row.size, 0o644
+        info.mtime = int(version.ready_at.timestamp()) if version.ready_at else 0
+        yield info.tobuf(format=tarfile.PAX_FORMAT)
+        yield from _stream_file(storage, services.file_key(version, row.path))
+        if row.size % tarfile.BLOCKSIZE:
+            yield b"\0" * (tarfile.BLOCKSIZE - row.size % tarfile.BLOCKSIZE)
+    yield b"\0" * (tarfile.BLOCKSIZE * 2)
+
+
+class RegisteredModelViewSet(
+    PatchOnlyMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet
+):
+    """Models of a project and everything below them. Version routes are actions on the
+    model: the model is the object the role matrix and the project rule are checked on."""
+
+    resource = "model"
+    scope_field = "project"
+    queryset = RegisteredModel.objects.select_related("project").prefetch_related(
+        "aliases__version"
+    )
+    serializer_class = RegisteredModelSerializer
+    filterset_fields = ["project", "name"]
+    ordering_fields = ["name", "created_at"]
+    parser_classes = [JSONParser, OctetStreamParser]
+
+    # -- models ---------------------------------------------------------------------------------
+
+    def create(self, request, *args, **kwargs):
+        serializer = RegisteredModelSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        model = services.model_create(
+            actor=self.actor,
+            project=self.write_scope,
+            name=data["name"],
+            description=data.get("description", ""),
+            tags=data.get("tags"),
+        )
+        return Response(RegisteredModelSerializer(model).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=ModelUpdateSerializer)
+    def partial_update(self, request, *args, **kwargs):
+        model = self.get_object()
+        serializer = ModelUpdateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        model = services.model_update(actor=self.actor, model=model, **serializer.validated_data)
+        return Response(RegisteredModelSerializer(model).data)
+
+    def destroy(self, request, *args, **kwargs):
+        services.model_delete(actor=self.actor, model=self.get_object())
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    # -- versions -------------------------------------------------------------------------------
+
+    def _version(self, model: RegisteredModel, number) -> ModelVersion:
+        version = (
+            model.versions.select_related("model__project__tenant")
+            .prefetch_related("aliases", "dataset_versions")
+            .filter(number=int(number))
+            .first()
+        )
+        if version is None:
+            raise Http404("Version not found.")
+        return version
+
+    @extend_schema(request=VersionCreateSerializer, responses=ModelVersionSerializer(many=True))
+    @action(
+        detail=True,
+        methods=["get", "post"],
+        url_path="versions",
+        policy_action={"get": "read", "head": "read", "post": "create-version"},
+    )
+    def versions(self, request, pk=None):
+        """GET: the versions, newest first. POST: a new version, open for uploads, or copied
+        in from a directory of the project's tree (`path`) by the worker."""
+        model = self.get_object()
+        if request.method == "GET":
+            rows = model.versions.select_related("model").prefetch_related(
+                "aliases", "dataset_versions"
+            )
+            page = self.paginate_queryset(rows.order_by("-created_at"))
+            return self.get_paginated_response(ModelVersionSerializer(page, many=True).data)
+        serializer = VersionCreateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = dict(serializer.validated_data)
+        attempt = None
+        if data.get("source_attempt"):
+            from apps.jobs.models import JobAttempt
+
+            attempt = (
+                JobAttempt.objects.visible_to(self.actor)
+                .select_related("job")
+                .filter(pk=data["source_attempt"])
+                .first()
+            )
+            if attempt is None:
+                raise ValidationError({"source_attempt": ["Job attempt not found."]})
+        version = services.version_create(
+            actor=self.actor,
+            model=model,
+            framework=data.get("framework", ""),
+            description=data.get("description", ""),
+            card=data.get("card", ""),
+            metrics=data.get("metrics"),
+            params=data.get("params"),
+            tags=data.get("tags"),
+            dataset_versions=data.get("dataset_versions"),
+            source_attempt=attempt,
+            source_path=data.get("path", ""),
+        )
+        version = self._version(model, version.number)
+        return Response(ModelVersionSerializer(version).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=VersionUpdateSerializer, responses=ModelVersionSerializer)
+    @action(
+        detail=True,
+        methods=["get", "patch"],
+        url_path=VERSION,
+        policy_action={"get": "read", "head": "read", "patch": "update"},
+    )
+    def version(self, request, pk=None, number=None):
+        model = self.get_object()
+        version = self._version(model, number)
+        if request.method == "PATCH":
+            serializer = VersionUpdateSerializer(data=request.data)
+            serializer.is_valid(raise_exception=True)
+            services.version_update(actor=self.actor, version=version, **serializer.validated_data)
+            version = self._version(model, number)
+        return Response(ModelVersionSerializer(version).data)
+
+    @extend_schema(responses=ModelFileSerializer(many=True))
+    @action(detail=True, methods=["get"], url_path=f"{VERSION}/files", policy_action="read")
+    def files(self, request, pk=None, number=None):
+        """The version's manifest: path, size, sha256 of every file."""
+        version = self._version(self.get_object(), number)
+        return Response(ModelFileSerializer(version.files.order_by("path"), many=True).data)
+
+    @extend_schema(
+        parameters=[OpenApiParameter("offset", OpenApiTypes.INT)],
+        request={"application/octet-stream": OpenApiTypes.BINARY},
+        responses={(200, "application/octet-stream"): OpenApiTypes.BINARY},
+    )
+    @action(
+        detail=True,
+        methods=["get", "put"],
+        url_path=f"{VERSION}/files/(?P<path>.+)",
+        policy_action={"get": "download", "head": "download", "put": "create-version"},
+    )
+    def file(self, request, pk=None, number=None, path=None):
+        """GET: download one file of a ready version. PUT: append the body to one file of an
+        open version at `?offset=` (the bytes stored so far; a 409 tells where to resume)."""
+        model = self.get_object()
+        version = self._version(model, number)
+        if request.method == "PUT":
+            params = UploadQuerySerializer(data=request.query_params)
+            params.is_valid(raise_exception=True)
+            size = services.version_upload(
+                actor=self.actor,
+                version=version,
+                path=path,
+                offset=params.validated_data["offset"],
+                chunks=_body_chunks(request),
+            )
+            return Response({"path": path, "size": size})
+        if version.state != VersionState.READY:
+            raise Http404("The version is not ready.")
+        row = version.files.filter(path=path).first()
+        if row is None:
+            raise Http404("No such file in this version.")
+        storage = services._storage(version)
+        key = services.file_key(version, path)
+        url = storage.download_url(key=key, expires_s=300)
+        if url:
+            return HttpResponseRedirect(url)
+        response = StreamingHttpResponse(
+            _stream_file(storage, key), content_type="application/octet-stream"
+        )
+        response["Content-Length"] = str(row.size)
+        response["Content-Disposition"] = f'attachment; filename="{path.rsplit("/", 1)[-1]}"'
+        response["X-Torus-Sha256"] = row.sha256
+        return response
+
+    @action(
+        detail=True,
+        methods=["get"],
+        url_path=f"{VERSION}/uploads/(?P<path>.+)",
+        policy_action="read",
+    )
+    def upload(self, request, pk=None, number=None, path=None):
+        """How many bytes of a file of an open version are stored: where to resume."""
+        version = self._version(self.get_object(), number)
+        return Response({"path": path, "size": services.upload_status(version=version, path=path)})
+
+    @extend_schema(request=None, responses=ModelVersionSerializer)
+    @action(
+        detail=True, methods=["post"], url_path=f"{VERSION}/commit", policy_action="create-version"
+    )
+    def commit(self, request, pk=None, number=None):
+        """Close an open version: the manifest is computed from the stored bytes, the files
+        sealed; the version is ready (and immutable) from then on."""
+        model = self.get_object()
+        services.version_commit(actor=self.actor, version=self._version(model, number))
+        return Response(ModelVersionSerializer(self._version(model, number)).data)
+
+    @extend_schema(responses={(200, "application/x-tar"): OpenApiTypes.BINARY})
+    @action(detail=True, methods=["get"], url_path=f"{VERSION}/archive", policy_action="download")
+    def archive(self, request, pk=None, number=None):
+        """Every file of a ready version as one tar, streamed."""
+        version = self._version(self.get_object(), number)
+        if version.state != VersionState.READY:
+            raise Http404("The version is not ready.")
+        response = StreamingHttpResponse(_tar_stream(version), content_type="application/x-tar")
+        name = f"{version.model.name}-v{version.number}.tar"
+        response["Content-Disposition"] = f'attachment; filename="{name}"'
+        return response
+
+    @action(detail=True, methods=["get"], url_path=f"{VERSION}/lineage", policy_action="read")
+    def lineage(self, request, pk=None, number=None):
+        """The version's job, attempts (with their logs), metrics and dataset versions."""
+        version = self._version(self.get_object(), number)
+        return Response(selectors.version_lineage(actor=self.actor, version=version))
+
+    @extend_schema(request=StageSerializer, responses=ModelVersionSerializer)
+    @action(detail=True, methods=["post"], url_path=f"{VERSION}/stage", policy_action="stage")
+    def stage(self, request, pk=None, number=None):
+        model = self.get_object()
+        serializer = StageSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        version = self._version(model, number)
+        services.version_stage(actor=self.actor, version=version, **serializer.validated_data)
+        return Response(ModelVersionSerializer(self._version(model, number)).data)
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("a", OpenApiTypes.INT, required=True),
+            OpenApiParameter("b", OpenApiTypes.INT, required=True),
+        ]
+    )
+    @action(detail=True, methods=["get"], policy_action="read")
+    def compare(self, request, pk=None):
+        """Two versions' metrics (with b - a) and parameters side by side."""
+        model = self.get_object()
+        params = CompareQuerySerializer(data=request.query_params)
+        params.is_valid(raise_exception=True)
+        a = self._version(model, params.validated_data["a"])
+        b = self._version(model, params.validated_data["b"])
+        return Response(selectors.versions_compare(actor=self.actor, a=a, b=b))
+
+    # -- aliases --------------------------------------------------------------------------------
+
+    @extend_schema(responses=AliasSerializer(many=True))
+    @action(detail=True, methods=["get"], policy_action="read")
+    def aliases(self, request, pk=None):
+        model = self.get_object()
+        rows = model.aliases.select_related("version").order_by("name")
+        return Response(AliasSerializer(rows, many=True).data)
+
+    @extend_schema(request=AliasSetSerializer, responses=AliasSerializer)
+    @action(
+        detail=True,
+        methods=["put", "delete"],
+        url_path=r"aliases/(?P<alias>[^/]{1,64})",
+        policy_action="alias",
+    )
+    def alias(self, request, pk=None, alias=None):
+        """PUT {"version": n}: point the alias at version n (audited, webhooks told).
+        DELETE: remove it."""
+        model = self.get_object()
+        if request.method == "DELETE":
+            services.alias_delete(actor=self.actor, model=model, name=alias)
+            return Response(status=status.HTTP_204_NO_CONTENT)
+        serializer = AliasSetSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        version = self._version(model, serializer.validated_data["version"])
+        row = services.alias_set(actor=self.actor, model=model, name=alias, version=version)
+        return Response(AliasSerializer(row).data)
+
+    @action(detail=True, methods=["get"], url_path="alias-history", policy_action="read")
+    def alias_history(self, request, pk=None):
+        """Every move of this model's aliases, oldest first (from the audit log)."""
+        return Response(selectors.alias_history(actor=self.actor, model=self.get_object()))
+
+
+class WebhookViewSet(
+    PatchOnlyMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet
+):
+    """A tenant's webhooks (admins): signed POSTs on model_version.created and alias.changed."""
+
+    resource = "webhook"
+    queryset = Webhook.objects.all()
+    serializer_class = WebhookSerializer
+    ordering_fields = ["created_at"]
+
+    @extend_schema(responses={201: WebhookCreatedSerializer})
+    def create(self, request, *args, **kwargs):
+        serializer = WebhookSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        hook, secret = services.webhook_create(
+            actor=self.actor,
+            tenant=self.write_scope,
+            url=data["url"],
+            events=data["events"],
+            description=data.get("description", ""),
+        )
+        hook.secret = secret
+        return Response(WebhookCreatedSerializer(hook).data, status=status.HTTP_201_CREATED)
+
+    def partial_update(self, request, *args, **kwargs):
+        hook = self.get_object()
+        serializer = WebhookSerializer(hook, data=request.data, partial=True)
+        serializer.is_valid(raise_exception=True)
+        fields = {
+            k: v
+            for k, v in serializer.validated_data.items()
+            if k in ("url", "events", "active", "description")
+        }
+        hook = services.webhook_update(actor=self.actor, webhook=hook, **fields)
+        return Response(WebhookSerializer(hook).data)
+
+    def destroy(self, request, *args, **kwargs):
+        services.webhook_delete(actor=self.actor, webhook=self.get_object())
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(responses=WebhookDeliverySerializer(many=True))
+    @action(detail=True, methods=["get"], policy_action="read")
+    def deliveries(self, request, pk=None):
+        """The delivery log: each event sent, its state, tries, response code and error."""
+        hook = self.get_object()
+        page = self.paginate_queryset(hook.deliveries.order_by("-created_at"))
+        return self.get_paginated_response(WebhookDeliverySerializer(page, many=True).data)
+
+
+class DatasetVersionLineageView(APIView):
+    """Every job that read a dataset version and every model version that came from it."""
+
+    resource = "lineage"
+    policy_action = "read"
+
+    def get(self, request, pk: uuid.UUID):
+        from apps.datasets.models import DatasetVersion
+        from apps.tenancy.policies import authorize
+
+        actor = actor_for(request)
+        dv = DatasetVersion.objects.visible_to(actor).filter(pk=pk).first()
+        if dv is None:
+            raise Http404("Dataset version not found.")
+        authorize(actor, resource="lineage", action="read", tenant_id=dv.tenant_id_value)
+        return Response(selectors.dataset_version_lineage(actor=actor, dataset_version=dv))

@@ -1,0 +1,171 @@
+"""Reads of the registry: lineage both ways, comparisons, alias history. Every function takes
+the actor and sees only its tenants (apps/core/models.py::visible_to)."""
+
+from django.db.models import Q
+
+from apps.core.actor import Actor
+from apps.jobs.models import JobAttempt
+from apps.registry.models import ModelVersion, RegisteredModel
+from apps.tenancy.models import AuditEvent
+
+
+def _attempt_reads_datasets() -> bool:
+    """Whether attempts record the dataset versions they read (the jobs' M2M)."""
+    return any(f.name == "dataset_versions" for f in JobAttempt._meta.get_fields())
+
+
+def _dataset_version_ref(dv) -> dict:
+    return {
+        "id": str(dv.pk),
+        "dataset": {"id": str(dv.dataset_id), "name": dv.dataset.name},
+        "number": dv.number,
+        "ref": f"{dv.dataset.name}:{dv.number}",
+        "state": dv.state,
+        "manifest_sha256": dv.manifest_sha256,
+    }
+
+
+def _job_ref(job) -> dict:
+    base = f"/api/v1/jobs/{job.pk}"
+    return {
+        "id": str(job.pk),
+        "name": job.name,
+        "state": job.state,
+        "user": job.user.username,
+        "project": job.project.slug,
+        "finished_at": job.finished_at,
+        "logs": f"{base}/logs",
+        "metrics": f"{base}/metrics",
+        "url": base,
+    }
+
+
+def _attempt_ref(attempt) -> dict:
+    return {
+        "id": str(attempt.pk),
+        "number": attempt.number,
+        "state": attempt.state,
+        "nodes": attempt.nodes,
+        "started_at": attempt.started_at,
+        "ended_at": attempt.ended_at,
+        "exit_code": attempt.exit_code,
+        "logs": f"/api/v1/jobs/{attempt.job_id}/logs?attempt={attempt.number}",
+    }
+
+
+def version_ref(version: ModelVersion) -> dict:
+    return {
+        "id": str(version.pk),
+        "model": {"id": str(version.model_id), "name": version.model.name},
+        "number": version.number,
+        "ref": f"{version.model.name}:{version.number}",
+        "state": version.state,
+        "stage": version.stage,
+    }
+
+
+def version_lineage(*, actor: Actor, version: ModelVersion) -> dict:
+    """From a version back: its job, the job's attempts (logs links), the metrics it carries,
+    the dataset versions it came from (given at registration, and those its attempt read)."""
+    ModelVersion.objects.visible_to(actor).get(pk=version.pk)  # scoping, as everywhere
+    job = version.source_job
+    datasets = {dv.pk: dv for dv in version.dataset_versions.select_related("dataset")}
+    attempts = []
+    if job is not None:
+        job_attempts = JobAttempt.objects.filter(job=job).order_by("number")
+        if _attempt_reads_datasets():
+            job_attempts = job_attempts.prefetch_related("dataset_versions__dataset")
+        for attempt in job_attempts:
+            ref = {**_attempt_ref(attempt), "source": attempt.pk == version.source_attempt_id}
+            if _attempt_reads_datasets():
+                read = list(attempt.dataset_versions.all())
+                ref["dataset_versions"] = [str(dv.pk) for dv in read]
+                if ref["source"]:
+                    datasets.update({dv.pk: dv for dv in read})
+            attempts.append(ref)
+    return {
+        "version": version_ref(version),
+        "job": _job_ref(job) if job is not None else None,
+        "attempt": str(version.source_attempt_id) if version.source_attempt_id else None,
+        "attempts": attempts,
+        "metrics": version.metrics,
+        "params": version.params,
+        "dataset_versions": [_dataset_version_ref(dv) for dv in datasets.values()],
+    }
+
+
+def dataset_version_lineage(*, actor: Actor, dataset_version) -> dict:
+    """From a dataset version forward: every job whose attempts read it, and every model
+    version that came from it (named at registration, or registered from such an attempt)."""
+    from apps.datasets.models import DatasetVersion
+
+    dv = (
+        DatasetVersion.objects.visible_to(actor)
+        .select_related("dataset", "source_attempt__job")
+        .get(pk=dataset_version.pk)
+    )
+    jobs: dict = {}
+    attempt_ids = []
+    if _attempt_reads_datasets():
+        for attempt in (
+            JobAttempt.objects.visible_to(actor)
+            .filter(dataset_versions=dv)
+            .select_related("job__user", "job__project")
+            .order_by("job__created_at", "number")
+        ):
+            attempt_ids.append(attempt.pk)
+            entry = jobs.setdefault(attempt.job_id, {**_job_ref(attempt.job), "attempts": []})
+            entry["attempts"].append(_attempt_ref(attempt))
+    versions = (
+        ModelVersion.objects.visible_to(actor)
+        .filter(Q(dataset_versions=dv) | Q(source_attempt_id__in=attempt_ids))
+        .select_related("model")
+        .distinct()
+        .order_by("model__name", "number")
+    )
+    written_by = None
+    if dv.source_attempt_id:
+        written_by = {**_job_ref(dv.source_attempt.job), "attempt": str(dv.source_attempt_id)}
+    return {
+        "dataset_version": _dataset_version_ref(dv),
+        "written_by": written_by,
+        "jobs": list(jobs.values()),
+        "model_versions": [version_ref(v) for v in versions],
+    }
+
+
+def versions_compare(*, actor: Actor, a: ModelVersion, b: ModelVersion) -> dict:
+    """Metrics side by side (with b - a) and parameters (with whether they differ)."""
+    for version in (a, b):
+        ModelVersion.objects.visible_to(actor).get(pk=version.pk)
+    metrics = {}
+    for name in sorted(set(a.metrics) | set(b.metrics)):
+        left, right = a.metrics.get(name), b.metrics.get(name)
+        delta = right - left if left is not None and right is not None else None
+        metrics[name] = {"a": left, "b": right, "delta": delta}
+    params = {}
+    for name in sorted(set(a.params) | set(b.params)):
+        left, right = a.params.get(name), b.params.get(name)
+        params[name] = {"a": left, "b": right, "changed": left != right}
+    return {"a": version_ref(a), "b": version_ref(b), "metrics": metrics, "params": params}
+
+
+def alias_history(*, actor: Actor, model: RegisteredModel) -> list[dict]:
+    """Every move of the model's aliases, oldest first, from the audit log."""
+    RegisteredModel.objects.visible_to(actor).get(pk=model.pk)
+    events = AuditEvent.objects.filter(
+        tenant_id=model.tenant_id,
+        action="model.alias",
+        target_type="registeredmodel",
+        target_id=str(model.pk),
+    ).order_by("created_at")
+    return [
+        {
+            "alias": event.changes.get("alias"),
+            "from_version": event.changes.get("version", [None, None])[0],
+            "to_version": event.changes.get("version", [None, None])[1],
+            "actor": event.actor_repr,
+            "at": event.created_at,
+        }
+        for event in events
+    ]

@@ -1,0 +1,61 @@
+"""Celery tasks of the registry (the root worker). Each takes a primary key, reloads, checks
+the state and calls a service; all are safe to run twice."""
+
+import logging
+
+from celery import shared_task
+
+from apps.registry import services
+
+logger = logging.getLogger(__name__)
+
+# A succeeded job's metrics come from its log lines: give the shipper this long to finish.
+SHIPPED_WAIT_TRIES = 60
+SHIPPED_WAIT_SECONDS = 2
+
+
+@shared_task(name="registry.import_version", acks_late=True)
+def import_version(version_id: str) -> str:
+    version = services.version_import(version_id=version_id)
+    return version.state if version else ""
+
+
+@shared_task(name="registry.register_from_attempt", bind=True, acks_late=True, max_retries=None)
+def register_from_attempt(self, attempt_id: str) -> str:
+    """Sent by the reconciler when a job with `register_model` in its spec succeeds."""
+    from apps.jobs.models import JobAttempt
+
+    attempt = (
+        JobAttempt.objects.select_related("job__project__tenant", "job__user")
+        .filter(pk=attempt_id)
+        .first()
+    )
+    if attempt is None:
+        return ""
+    if not attempt.logs_shipped and self.request.retries < SHIPPED_WAIT_TRIES:
+        raise self.retry(countdown=SHIPPED_WAIT_SECONDS)
+    version = services.version_register_from_attempt(attempt=attempt)
+    if version is None:
+        return ""
+    logger.info("job %s registered %s (%s)", attempt.job_id, version, version.state)
+    return str(version.pk)
+
+
+@shared_task(name="registry.deliver_webhook", acks_late=True)
+def deliver_webhook(delivery_id: str) -> str:
+    delivery, wait = services.delivery_try(delivery_id=delivery_id)
+    if delivery is None:
+        return ""
+    if wait is not None:
+        deliver_webhook.apply_async(args=[delivery_id], countdown=wait)
+    return delivery.state
+
+
+@shared_task(name="registry.webhook_sweep")
+def webhook_sweep() -> int:
+    """Beat's backstop: send again the deliveries whose try is overdue (Redis only delivers;
+    the rows are the truth)."""
+    overdue = services.deliveries_overdue()
+    for pk in overdue:
+        deliver_webhook.delay(pk)
+    return len(overdue)
