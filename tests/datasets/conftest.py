@@ -40,8 +40,7 @@ def version_url(name: str, dataset_id, number: int) -> str:
 def put_chunk(client, dataset_id, number, path, data: bytes, *, offset: int, total: int):
     return client.generic(
         "PUT",
-        version_url("upload", dataset_id, number)
-        + f"?path={path}&offset={offset}&total={total}",
+        version_url("upload", dataset_id, number) + f"?path={path}&offset={offset}&total={total}",
         data,
         content_type="application/octet-stream",
     )

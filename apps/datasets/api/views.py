@@ -195,7 +195,10 @@ class DatasetVersionViewSet(CodedConflictMixin, mixins.ListModelMixin, TenantSco
         body = VersionCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         version = services.version_create(
-            actor=self.actor, dataset=dataset, notes=body.validated_data["notes"]
+            actor=self.actor,
+            dataset=dataset,
+            notes=body.validated_data["notes"],
+            storage_kind=body.validated_data.get("storage_kind"),
         )
         return Response(VersionSerializer(version).data, status=status.HTTP_201_CREATED)
 
