@@ -186,6 +186,19 @@ CELERY_BEAT_SCHEDULE["jobs-control-pass"] = {
 
 CELERY_BEAT_SCHEDULE["logs-retention"] = {"task": "logs.apply_retention", "schedule": 3600.0}
 
+# S3-compatible object storage for datasets and models of kind "s3" (docs/datasets.md);
+# platform/services/components/s3 writes the endpoint, region, bucket and keys to services.env.
+# TORUS_S3_PUBLIC_URL: the endpoint presigned download URLs name (default: the endpoint).
+TORUS_S3_ENDPOINT_URL = env_str("TORUS_S3_ENDPOINT_URL", "http://127.0.0.1:19000")
+TORUS_S3_PUBLIC_URL = env_str("TORUS_S3_PUBLIC_URL", "")
+TORUS_S3_REGION = env_str("TORUS_S3_REGION", "us-east-1")
+TORUS_S3_BUCKET = env_str("TORUS_S3_BUCKET", "torus")
+TORUS_S3_ACCESS_KEY = env_str("TORUS_S3_ACCESS_KEY", "")
+TORUS_S3_SECRET_KEY = env_str("TORUS_S3_SECRET_KEY", "")
+# Multipart part size (S3's minimum is 5 MiB), and where unfinished parts wait on local disk.
+TORUS_S3_PART_BYTES = env_int("TORUS_S3_PART_BYTES", 8 * 1024**2, minimum=5 * 1024**2)
+TORUS_S3_STAGING_DIR = env_str("TORUS_S3_STAGING_DIR", str(VAR_DIR / "s3-staging"))
+
 # Logs: Elasticsearch and the shipper.
 TORUS_ELASTICSEARCH_URL = env_str("TORUS_ELASTICSEARCH_URL", "http://127.0.0.1:19200")
 TORUS_SHIPPER_INTERVAL = float(env_int("TORUS_SHIPPER_INTERVAL_MS", 100, minimum=10)) / 1000

@@ -122,9 +122,11 @@ def version_create(
     dataset: Dataset,
     notes: str = "",
     source_attempt=None,
+    storage_kind: str | None = None,
 ) -> DatasetVersion:
-    """Open the next version of `dataset` (numbers start at 1 and never repeat)."""
-    kind = settings.TORUS_DATASET_STORAGE
+    """Open the next version of `dataset` (numbers start at 1 and never repeat), stored in
+    `storage_kind` ("posix" or "s3"; default settings.TORUS_DATASET_STORAGE)."""
+    kind = storage_kind or settings.TORUS_DATASET_STORAGE
     if kind == "posix":
         project_storage_ensure(project=dataset.project)
     with transaction.atomic():

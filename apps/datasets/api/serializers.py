@@ -3,7 +3,13 @@
 from rest_framework import serializers
 
 from apps.core.api.serializers import StrictSerializer
-from apps.datasets.models import Dataset, DatasetFile, DatasetVersion, name_validator
+from apps.datasets.models import (
+    Dataset,
+    DatasetFile,
+    DatasetVersion,
+    StorageKind,
+    name_validator,
+)
 
 
 class DatasetSerializer(serializers.ModelSerializer):
@@ -74,6 +80,7 @@ class VersionSerializer(serializers.ModelSerializer):
 
 class VersionCreateSerializer(StrictSerializer):
     notes = serializers.CharField(required=False, allow_blank=True, default="")
+    storage_kind = serializers.ChoiceField(choices=StorageKind.choices, required=False)
 
 
 class RegisterSerializer(StrictSerializer):
