@@ -509,7 +509,7 @@ def version_import(*, version_id) -> ModelVersion | None:
     failed with the reason). Safe to run twice: only a pending version is copied."""
     with transaction.atomic():
         version = (
-            ModelVersion.objects.select_for_update()
+            ModelVersion.objects.select_for_update(of=("self",))
             .select_related("model__project__tenant", "created_by")
             .filter(pk=version_id)
             .first()
