@@ -4,7 +4,7 @@ import argparse
 import sys
 from datetime import UTC, datetime, timedelta
 
-from torus import jobs_cli, models_cli
+from torus import datasets_cli, jobs_cli, models_cli
 from torus.client import Client
 from torus.errors import TorusError
 from torus.output import emit
@@ -76,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     revoke.add_argument("id")
     revoke.set_defaults(func=cmd_token_revoke)
     jobs_cli.add_parsers(sub)
+    datasets_cli.add_parsers(sub)
     models_cli.add_parsers(sub)
     return parser
 

@@ -1,5 +1,6 @@
 """torus.Client: a thin, typed wrapper over the REST API."""
 
+import contextlib
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -93,6 +94,22 @@ class Client:
             code=error.get("code", "error"),
             fields=error.get("fields"),
         )
+
+    @contextlib.contextmanager
+    def stream(self, method: str, path: str, *, params=None, content=None, headers=None):
+        """A streamed call (large uploads and downloads): yields the open response once its
+        status is known to be a success; an API error is raised as TorusError. `content` may
+        be an iterator of bytes: give its Content-Length in `headers`."""
+        try:
+            with self._http.stream(
+                method, path, params=params, content=content, headers=headers
+            ) as response:
+                if response.is_error:
+                    response.read()
+                    raise api_error(response)
+                yield response
+        except httpx.HTTPError as exc:
+            raise TorusError(f"cannot reach Torus at {self.url}: {exc}") from exc
 
     def paginate(self, path: str, **params) -> Iterator[dict]:
         """Every row of a list endpoint, following the cursor."""
@@ -274,3 +291,18 @@ class Client:
             if len(rows) >= limit:
                 break
         return rows
+
+
+def api_error(response: httpx.Response) -> TorusError:
+    """The API's error envelope of a failed response, as a TorusError."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    error = (body or {}).get("error", {}) if isinstance(body, dict) else {}
+    return TorusError(
+        error.get("message") or f"HTTP {response.status_code}",
+        status=response.status_code,
+        code=error.get("code", "error"),
+        fields=error.get("fields"),
+    )
