@@ -66,13 +66,13 @@ def make_version(world, name: str, files: dict[str, bytes], *, commit: bool = Tr
     return version
 
 
-def run(world, script: str, *, on: str = "n1", **spec) -> Job:
-    """A job of the world's member, placed on node `on` (the others excluded)."""
+def run(world, script: str, *, on: tuple = ("n1",), **spec) -> Job:
+    """A job of the world's member, placed on the nodes `on` (the others excluded)."""
     body = submit(
         world.client(Role.MEMBER), world.project, command=["bash", "-c", PROBE + script], **spec
     )
     job = Job.objects.get(pk=body["id"])
-    job.attempts.update(excluded_nodes=[n for n in ("n1", "n2", "n3") if n != on])
+    job.attempts.update(excluded_nodes=[n for n in ("n1", "n2", "n3") if n not in on])
     return drive(job.pk)
 
 
@@ -151,6 +151,21 @@ def test_the_nodes_cache_evicts_the_least_recently_used_version_under_its_limit(
         assert job.state == "SUCCEEDED", output(job)
     stage = DatasetStage.objects.get(attempt__job=job)
     assert (stage.misses, stage.evicted_bytes) == (1, 1000)
+
+
+def test_a_two_node_job_stages_on_each_of_its_nodes(acme, slurm_cluster):
+    make_version(acme, "corpus", {"sub/a.txt": b"everywhere"})
+    job = run(
+        acme,
+        'echo "DATA $SLURMD_NODENAME $(cat "$TORUS_DATASET_TRAIN/sub/a.txt")"',
+        on=("n1", "n2"),
+        datasets=[{"version": "corpus:1", "as": "TRAIN"}],
+        resources={"nodes": 2},
+    )
+    assert job.state == "SUCCEEDED", output(job)
+    assert sorted(lines(job, "DATA")) == ["n1 everywhere", "n2 everywhere"]
+    stages = DatasetStage.objects.filter(attempt__job=job).order_by("node")
+    assert [(s.node, s.misses, s.bytes_staged) for s in stages] == [("n1", 1, 10), ("n2", 1, 10)]
 
 
 @pytest.mark.parametrize(
