@@ -17,7 +17,7 @@ export TORUS_SECRET_KEY ?= $(shell mkdir -p .var && test -s .var/secret-key || \
 	cat .var/secret-key)
 export DJANGO_SETTINGS_MODULE := config.settings
 
-.PHONY: help up down test lint bench services migrate static seed venv examples-venv
+.PHONY: help up down test lint bench services migrate static seed venv examples-venv ui ui-test
 
 help:
 	@echo "make up     run the platform (services, migrations, demo data, web, worker, beat)"
@@ -80,8 +80,27 @@ migrate: venv services static
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py cluster_register_local
 
-static: venv
+static: venv ui
 	$(BIN)/python manage.py collectstatic --noinput --verbosity 0
+
+# The browser UI (frontend/, docs/ui.md): Node 20+ (frontend/scripts/node.sh installs it when
+# missing), packages from package-lock.json, built again only when its sources change.
+NODE := frontend/scripts/node.sh
+UI_SOURCES := $(shell find frontend/src frontend/index.html frontend/vite.config.ts \
+	frontend/tsconfig.json frontend/package.json -type f 2>/dev/null)
+frontend/node_modules/.installed: frontend/package-lock.json
+	$(NODE) npm ci --prefix frontend --no-audit --no-fund
+	touch $@
+frontend/dist/index.html: frontend/node_modules/.installed $(UI_SOURCES)
+	$(NODE) npm run --prefix frontend build
+ui: frontend/dist/index.html
+
+# Vitest, and the API types checked against the schema; the browser tests (tests/e2e) need
+# Debian's chromium (and CJK fonts for the Chinese pages), installed here when missing.
+ui-test: venv frontend/node_modules/.installed
+	bash -c 'source platform/services/lib.sh && torus_apt_install chromium fonts-noto-cjk'
+	$(NODE) frontend/scripts/api-types.sh --check
+	$(NODE) npm run --prefix frontend test
 
 seed: migrate
 	umask 077 && $(BIN)/python manage.py seed_demo --json > $(TORUS_VAR_DIR)/demo.json
@@ -103,7 +122,7 @@ lint: venv
 	$(BIN)/ruff format --check .
 
 # Tests use their own Redis databases (8-10) so they never touch a running platform's.
-test: venv examples-venv services static lint
+test: venv examples-venv services static lint ui-test
 	TORUS_REDIS_DB_BASE=8 $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: venv services

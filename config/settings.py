@@ -129,6 +129,15 @@ USE_TZ = True
 
 STATIC_URL = "/static/"
 STATIC_ROOT = VAR_DIR / "static"
+# The built browser UI (config/ui.py, `make ui`): under /static/ui/, compressed; Vite's hashed
+# assets (name-<8 chars>.js) cached for good.
+UI_DIST = BASE_DIR / "frontend" / "dist"
+STATICFILES_DIRS = [("ui", UI_DIST)] if UI_DIST.is_dir() else []
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+WHITENOISE_IMMUTABLE_FILE_TEST = r"^/static/ui/assets/.+-[A-Za-z0-9_-]{8}\.\w+$"
 
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SECURE = env_bool("TORUS_SECURE_COOKIES", False)

@@ -1,0 +1,169 @@
+import { lazy, Suspense } from "react";
+import { Link, Navigate, Route, Routes, useLocation, useNavigate } from "react-router-dom";
+import { Button, Layout, Menu, Select, Space, Typography } from "antd";
+import { useQuery, useQueryClient } from "@tanstack/react-query";
+import { api, unwrap } from "./api/client";
+import { useI18n, type Key } from "./i18n";
+import { useSession } from "./session";
+import { Loading } from "./components/common";
+import { LoginPage } from "./pages/Login";
+import { InviteAcceptPage } from "./pages/InviteAccept";
+
+const HomePage = lazy(() => import("./pages/Home"));
+const JobsPage = lazy(() => import("./pages/Jobs"));
+const SubmitPage = lazy(() => import("./pages/Submit"));
+const JobPage = lazy(() => import("./pages/Job"));
+const LogSearchPage = lazy(() => import("./pages/LogSearch"));
+const AdminPage = lazy(() => import("./pages/admin/Admin"));
+
+export function useProjects() {
+  const { tenant } = useSession();
+  return useQuery({
+    queryKey: ["projects", tenant?.id],
+    enabled: !!tenant,
+    queryFn: async () =>
+      unwrap(await api.GET("/api/v1/projects/", { params: { query: { tenant: tenant!.id, page_size: 500 } } }))
+        .results,
+  });
+}
+
+function Switchers() {
+  const { t } = useI18n();
+  const { tenants, tenant, setTenant, project, setProject } = useSession();
+  const projects = useProjects();
+  return (
+    <Space wrap>
+      <Select
+        aria-label={t("common.tenant")}
+        data-testid="tenant-switcher"
+        style={{ minWidth: 150 }}
+        value={tenant?.id}
+        onChange={setTenant}
+        options={tenants.map((x) => ({ value: x.id, label: `${x.name} (${x.role})` }))}
+      />
+      <Select
+        aria-label={t("common.project")}
+        data-testid="project-switcher"
+        style={{ minWidth: 160 }}
+        value={project ?? ""}
+        onChange={(v) => setProject(v || null)}
+        options={[
+          { value: "", label: t("common.allProjects") },
+          ...(projects.data ?? []).map((p) => ({ value: p.id, label: p.slug })),
+        ]}
+      />
+    </Space>
+  );
+}
+
+export function LangSwitch() {
+  const { lang, setLang, t } = useI18n();
+  return (
+    <Select
+      aria-label={t("common.language")}
+      data-testid="lang-switch"
+      value={lang}
+      onChange={setLang}
+      style={{ width: 110 }}
+      options={[
+        { value: "en", label: "English" },
+        { value: "zh", label: "简体中文" },
+      ]}
+    />
+  );
+}
+
+function Shell() {
+  const { t } = useI18n();
+  const { me, can, tenants } = useSession();
+  const loc = useLocation();
+  const nav = useNavigate();
+  const qc = useQueryClient();
+  const item = (path: string, key: Key) => ({ key: path, label: <Link to={path}>{t(key)}</Link> });
+  const admin = can("invitation", "read");
+  const items = [
+    item("/", "nav.home"),
+    item("/jobs", "nav.jobs"),
+    ...(can("job", "create") ? [item("/jobs/new", "nav.submit")] : []),
+    item("/logs", "nav.logs"),
+    {
+      key: "admin",
+      label: t("nav.admin"),
+      type: "group" as const,
+      children: [
+        ...(admin ? [item("/admin/members", "nav.members"), item("/admin/invitations", "nav.invitations")] : []),
+        item("/admin/projects", "nav.projects"),
+        item("/admin/quotas", "nav.quotas"),
+        item("/admin/tokens", "nav.tokens"),
+        ...(can("audit-event", "read") ? [item("/admin/audit", "nav.audit")] : []),
+        item("/admin/signatures", "nav.signatures"),
+      ],
+    },
+  ];
+  const selected =
+    ["/jobs/new", "/jobs", "/logs", "/admin/members", "/admin/invitations", "/admin/projects", "/admin/quotas",
+      "/admin/tokens", "/admin/audit", "/admin/signatures"].find((p) => loc.pathname.startsWith(p)) ?? "/";
+  const signOut = async () => {
+    await api.POST("/api/v1/auth/logout");
+    qc.clear();
+    nav("/login");
+  };
+  return (
+    <Layout style={{ minHeight: "100vh" }}>
+      <a href="#main" className="skip-link">
+        {t("nav.skip")}
+      </a>
+      <Layout.Sider breakpoint="lg" collapsedWidth={0} theme="light" width={210}>
+        <nav aria-label="main">
+          <div style={{ padding: "16px 24px", fontWeight: 700, fontSize: 20 }}>
+            <Link to="/">Torus</Link>
+          </div>
+          <Menu mode="inline" selectedKeys={[selected]} items={items} />
+        </nav>
+      </Layout.Sider>
+      <Layout>
+        <Layout.Header
+          style={{ background: "#fff", display: "flex", alignItems: "center", justifyContent: "space-between", gap: 8 }}
+        >
+          {tenants.length ? <Switchers /> : <span />}
+          <Space>
+            <LangSwitch />
+            <Typography.Text data-testid="whoami">{me?.user?.username}</Typography.Text>
+            <Button onClick={signOut} data-testid="sign-out">
+              {t("auth.signout")}
+            </Button>
+          </Space>
+        </Layout.Header>
+        <Layout.Content id="main" tabIndex={-1} style={{ margin: 16 }}>
+          <main>
+            <Suspense fallback={<Loading />}>
+              <Routes>
+                <Route path="/" element={<HomePage />} />
+                <Route path="/jobs" element={<JobsPage />} />
+                <Route path="/jobs/new" element={<SubmitPage />} />
+                <Route path="/jobs/:id" element={<JobPage />} />
+                <Route path="/logs" element={<LogSearchPage />} />
+                <Route path="/invitations/accept" element={<InviteAcceptPage />} />
+                <Route path="/admin/:section" element={<AdminPage />} />
+                <Route path="*" element={<Navigate to="/" replace />} />
+              </Routes>
+            </Suspense>
+          </main>
+        </Layout.Content>
+      </Layout>
+    </Layout>
+  );
+}
+
+export function App() {
+  const { me, loading } = useSession();
+  const loc = useLocation();
+  if (loading) return <Loading />;
+  if (!me) {
+    if (loc.pathname === "/login") return <LoginPage />;
+    const next = loc.pathname + loc.search;
+    return <Navigate to={`/login?next=${encodeURIComponent(next)}`} replace />;
+  }
+  if (loc.pathname === "/login") return <Navigate to="/" replace />;
+  return <Shell />;
+}

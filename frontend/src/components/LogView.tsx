@@ -1,0 +1,187 @@
+// The live log tail: virtualised (only the visible rows are in the DOM), follow/pause, search
+// within (matches highlighted, next/previous), jump to the first error, download. Holds at
+// most MAX_LINES lines (the oldest are dropped; the full log stays in search and the logs API).
+import { forwardRef, useCallback, useEffect, useImperativeHandle, useMemo, useRef, useState } from "react";
+import { useVirtualizer } from "@tanstack/react-virtual";
+import { Button, Input, Space, Switch, Typography } from "antd";
+import { useI18n } from "../i18n";
+
+export type Line = { stream: string; message: string; level?: string | null; attempt?: number; offset?: number };
+export const MAX_LINES = 1_000_000;
+const ROW = 18;
+const ERROR_RE = /\b(error|exception|traceback|fatal)\b/i;
+
+export const isError = (l: Line) => l.level === "ERROR" || l.level === "CRITICAL" || ERROR_RE.test(l.message);
+
+export type LogViewHandle = { append: (lines: Line[]) => void; clear: () => void; count: () => number };
+
+export const LogView = forwardRef<LogViewHandle, { height?: number; filename?: string; initialFocus?: number }>(
+  function LogView({ height = 480, filename = "job.log", initialFocus }, ref) {
+    const { t } = useI18n();
+    const lines = useRef<Line[]>([]);
+    const [version, setVersion] = useState(0);
+    const [follow, setFollow] = useState(true);
+    const [query, setQuery] = useState("");
+    const [hitIndex, setHitIndex] = useState(0);
+    const pending = useRef(false);
+    const parent = useRef<HTMLDivElement>(null);
+
+    // Batches arriving within one frame are drawn once.
+    const schedule = useCallback(() => {
+      if (pending.current) return;
+      pending.current = true;
+      requestAnimationFrame(() => {
+        pending.current = false;
+        setVersion((v) => v + 1);
+      });
+    }, []);
+
+    useImperativeHandle(
+      ref,
+      () => ({
+        append: (batch) => {
+          const arr = lines.current;
+          for (const l of batch) arr.push(l);
+          if (arr.length > MAX_LINES) arr.splice(0, arr.length - MAX_LINES);
+          schedule();
+        },
+        clear: () => {
+          lines.current = [];
+          schedule();
+        },
+        count: () => lines.current.length,
+      }),
+      [schedule],
+    );
+
+    const count = lines.current.length;
+    const virt = useVirtualizer({
+      count,
+      getScrollElement: () => parent.current,
+      estimateSize: () => ROW,
+      overscan: 20,
+    });
+
+    useEffect(() => {
+      if (follow && count) virt.scrollToIndex(count - 1, { align: "end" });
+    }, [version, follow, count, virt]);
+
+    useEffect(() => {
+      if (initialFocus != null && initialFocus < count) {
+        setFollow(false);
+        virt.scrollToIndex(initialFocus, { align: "center" });
+      }
+      // eslint-disable-next-line react-hooks/exhaustive-deps
+    }, [initialFocus, count > 0]);
+
+    const hits = useMemo(() => {
+      if (!query) return [] as number[];
+      const q = query.toLowerCase();
+      const out: number[] = [];
+      const arr = lines.current;
+      for (let i = 0; i < arr.length; i++) if (arr[i].message.toLowerCase().includes(q)) out.push(i);
+      return out;
+      // eslint-disable-next-line react-hooks/exhaustive-deps
+    }, [query, version]);
+    const hitSet = useMemo(() => new Set(hits), [hits]);
+
+    const goto = (i: number) => {
+      setFollow(false);
+      virt.scrollToIndex(i, { align: "center" });
+    };
+    const gotoHit = (n: number) => {
+      if (!hits.length) return;
+      const k = (n + hits.length) % hits.length;
+      setHitIndex(k);
+      goto(hits[k]);
+    };
+    const firstError = () => {
+      const i = lines.current.findIndex(isError);
+      if (i >= 0) goto(i);
+    };
+    const download = () => {
+      const text = lines.current.map((l) => l.message).join("\n") + "\n";
+      const a = document.createElement("a");
+      a.href = URL.createObjectURL(new Blob([text], { type: "text/plain" }));
+      a.download = filename;
+      a.click();
+      URL.revokeObjectURL(a.href);
+    };
+
+    return (
+      <div>
+        <Space wrap style={{ marginBottom: 8 }}>
+          <label>
+            <Switch checked={follow} onChange={setFollow} data-testid="log-follow" aria-label={t("job.follow")} />{" "}
+            {follow ? t("job.follow") : t("job.pause")}
+          </label>
+          <Input.Search
+            aria-label={t("job.search")}
+            placeholder={t("job.search")}
+            allowClear
+            onSearch={(v) => {
+              setQuery(v);
+              setHitIndex(0);
+            }}
+            style={{ width: 240 }}
+            data-testid="log-search"
+          />
+          {query && (
+            <>
+              <Typography.Text data-testid="log-hits">
+                {hits.length ? `${hitIndex + 1}/${hits.length}` : "0"}
+              </Typography.Text>
+              <Button size="small" onClick={() => gotoHit(hitIndex - 1)} aria-label="previous match">
+                ↑
+              </Button>
+              <Button size="small" onClick={() => gotoHit(hitIndex + 1)} aria-label="next match">
+                ↓
+              </Button>
+            </>
+          )}
+          <Button onClick={firstError} data-testid="log-first-error">
+            {t("job.firstError")}
+          </Button>
+          <Button onClick={download}>{t("job.download")}</Button>
+          <Typography.Text type="secondary" data-testid="log-count">
+            {count} {t("job.lines")}
+          </Typography.Text>
+        </Space>
+        <div
+          ref={parent}
+          className="log-view"
+          style={{ height, overflow: "auto" }}
+          tabIndex={0}
+          role="log"
+          aria-label={t("job.logs")}
+          aria-live="off"
+          data-testid="log-view"
+          onWheel={(e) => e.deltaY < 0 && follow && setFollow(false)}
+        >
+          {count === 0 ? (
+            <div className="log-line">{t("job.noLogs")}</div>
+          ) : (
+            <div style={{ height: virt.getTotalSize(), position: "relative" }}>
+              {virt.getVirtualItems().map((item) => {
+                const l = lines.current[item.index];
+                const cls = ["log-line", l.stream === "stderr" ? "stderr" : "", isError(l) ? "error" : "", hitSet.has(item.index) ? "hit" : ""]
+                  .filter(Boolean)
+                  .join(" ");
+                return (
+                  <div
+                    key={item.key}
+                    className={cls}
+                    data-index={item.index}
+                    style={{ position: "absolute", top: 0, left: 0, right: 0, transform: `translateY(${item.start}px)` }}
+                  >
+                    {l.message}
+                  </div>
+                );
+              })}
+            </div>
+          )}
+        </div>
+      </div>
+    );
+  },
+);

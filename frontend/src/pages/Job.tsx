@@ -1,0 +1,254 @@
+import { useEffect, useMemo, useRef, useState } from "react";
+import { Link, useParams, useSearchParams } from "react-router-dom";
+import { App, Alert, Button, Card, Descriptions, Popconfirm, Space, Table, Tabs, Tag, Timeline, Typography } from "antd";
+import { useQuery, useQueryClient } from "@tanstack/react-query";
+import { api, unwrap, type JobDetail, type Schemas } from "../api/client";
+import { useI18n } from "../i18n";
+import { roleAllows, useSession } from "../session";
+import { ACTIVE_STATES, EmptyState, ErrorState, Loading, StateTag, fmtTime } from "../components/common";
+import { LogView, type LogViewHandle } from "../components/LogView";
+import { Chart } from "../components/Chart";
+import { HitContext } from "../components/HitContext";
+import { useJobSocket, type WsMessage } from "../components/useJobSocket";
+
+type Series = Record<string, [number, number][]>;
+
+function MetricsChart({ series, label }: { series: Series; label: string }) {
+  const names = Object.keys(series).sort();
+  const option = useMemo(
+    () => ({
+      animation: false,
+      tooltip: { trigger: "axis" },
+      legend: { data: names },
+      grid: { left: 50, right: 20, top: 40, bottom: 50 },
+      xAxis: { type: "value", name: "step" },
+      yAxis: { type: "value", scale: true },
+      dataZoom: [{ type: "inside" }, { type: "slider" }],
+      series: names.map((n) => ({ name: n, type: "line", showSymbol: false, data: series[n] })),
+    }),
+    [series, names],
+  );
+  return <Chart option={option} height={320} label={label} />;
+}
+
+export default function JobPage() {
+  const { id } = useParams<{ id: string }>();
+  const [params] = useSearchParams();
+  const { t } = useI18n();
+  const { message } = App.useApp();
+  const { me, tenants } = useSession();
+  const qc = useQueryClient();
+  const logRef = useRef<LogViewHandle>(null);
+  const [liveState, setLiveState] = useState<{ state: string; reason: string } | null>(null);
+  const [skipped, setSkipped] = useState(0);
+  const [series, setSeries] = useState<Series>({});
+  const [tab, setTab] = useState(params.get("tab") ?? "logs");
+
+  const job = useQuery({
+    queryKey: ["job", id],
+    queryFn: async () => unwrap(await api.GET("/api/v1/jobs/{id}/", { params: { path: { id: id! } } })),
+  });
+  // the job's tenant (through its project), for what the role may do
+  const project = useQuery({
+    queryKey: ["project", job.data?.project],
+    enabled: !!job.data,
+    queryFn: async () =>
+      unwrap(await api.GET("/api/v1/projects/{id}/", { params: { path: { id: job.data!.project } } })),
+  });
+  const metrics = useQuery({
+    queryKey: ["job-metrics", id],
+    queryFn: async () => unwrap(await api.GET("/api/v1/jobs/{id}/metrics/", { params: { path: { id: id! } } })),
+  });
+  useEffect(() => {
+    if (!metrics.data) return;
+    const s: Series = {};
+    for (const [name, points] of Object.entries(metrics.data.series)) s[name] = points.map((p) => [p.step, p.value]);
+    setSeries(s);
+  }, [metrics.data]);
+
+  useJobSocket(id, (m: WsMessage) => {
+    switch (m.type) {
+      case "backlog":
+        logRef.current?.clear();
+        logRef.current?.append(m.lines.map((l) => ({ ...l, attempt: l.attempt_number })));
+        setLiveState({ state: m.state, reason: m.reason });
+        break;
+      case "lines":
+        logRef.current?.append(m.lines.map((l) => ({ ...l, attempt: l.attempt_number })));
+        break;
+      case "metrics":
+        setSeries((prev) => {
+          const next = { ...prev };
+          for (const p of m.points) next[p.name] = [...(next[p.name] ?? []), [p.step, p.value]];
+          return next;
+        });
+        break;
+      case "state":
+        setLiveState({ state: m.state, reason: m.reason });
+        qc.invalidateQueries({ queryKey: ["job", id] });
+        qc.invalidateQueries({ queryKey: ["jobs"] });
+        break;
+      case "skipped":
+        setSkipped((n) => n + m.count);
+        break;
+    }
+  }, { tail: 2000 });
+
+  if (job.isLoading) return <Loading />;
+  if (job.error) return <ErrorState error={job.error} onRetry={() => job.refetch()} />;
+  const j = job.data as JobDetail;
+  const state = liveState?.state ?? j.state;
+  const reason = liveState?.reason ?? j.state_reason;
+  const role = tenants.find((x) => x.id === project.data?.tenant_id)?.role ?? null;
+  const mine = j.user === me?.user?.username;
+  const mayAct = (action: string) =>
+    roleAllows(role, "job", action) && (mine || roleAllows(role, "invitation", "create"));
+  const active = ACTIVE_STATES.includes(state as never);
+  const waiting = ["PENDING", "QUEUED"].includes(state);
+
+  const act = async (action: "cancel" | "restart") => {
+    const path = action === "cancel" ? "/api/v1/jobs/{id}/cancel/" : "/api/v1/jobs/{id}/restart/";
+    try {
+      unwrap(await api.POST(path, { params: { path: { id: j.id } } }));
+      message.success(action === "cancel" ? t("job.cancel") : t("job.restart"));
+      qc.invalidateQueries({ queryKey: ["job", id] });
+    } catch (e) {
+      message.error(String((e as Error).message));
+    }
+  };
+
+  const attempts = j.attempts ?? [];
+  const events = j.events ?? [];
+  const signatures = (j.signatures ?? []) as unknown as { name: string }[];
+
+  return (
+    <div>
+      <Space align="center" wrap style={{ marginBottom: 8 }}>
+        <Typography.Title level={2} style={{ margin: 0 }} data-testid="job-name">
+          {j.name}
+        </Typography.Title>
+        <StateTag state={state} />
+        {signatures.map((s) => (
+          <Tag color="red" key={s.name}>
+            {s.name}
+          </Tag>
+        ))}
+      </Space>
+      {waiting && (
+        <Alert
+          type="info"
+          showIcon
+          data-testid="why-waiting"
+          message={`${t("job.waiting")}: ${reason || state}`}
+          description={j.queue_position != null ? `${t("job.position")}: #${j.queue_position}` : undefined}
+          style={{ marginBottom: 12 }}
+        />
+      )}
+      {!waiting && reason && <Typography.Paragraph type="secondary">{reason}</Typography.Paragraph>}
+      <Space style={{ marginBottom: 12 }}>
+        {active && mayAct("cancel") && (
+          <Popconfirm title={t("job.cancel")} onConfirm={() => act("cancel")}>
+            <Button danger>{t("job.cancel")}</Button>
+          </Popconfirm>
+        )}
+        {!active && mayAct("restart") && <Button onClick={() => act("restart")}>{t("job.restart")}</Button>}
+        {roleAllows(role, "job", "create") && (
+          <Link to={`/jobs/new?from=${j.id}`}>
+            <Button>{t("submit.resubmit")}</Button>
+          </Link>
+        )}
+      </Space>
+      <Tabs
+        activeKey={tab}
+        onChange={setTab}
+        items={[
+          {
+            key: "logs",
+            label: t("job.logs"),
+            forceRender: true,
+            children: (
+              <>
+                {skipped > 0 && (
+                  <Alert type="warning" message={`${skipped} ${t("job.skipped")}`} style={{ marginBottom: 8 }} />
+                )}
+                {params.get("hit") && <HitContext id={params.get("hit")!} />}
+                <LogView ref={logRef} filename={`${j.name}.log`} />
+              </>
+            ),
+          },
+          {
+            key: "metrics",
+            label: t("job.metrics"),
+            children: Object.keys(series).length ? (
+              <MetricsChart series={series} label={t("job.metrics")} />
+            ) : (
+              <EmptyState>{t("job.noMetrics")}</EmptyState>
+            ),
+          },
+          {
+            key: "timeline",
+            label: t("job.timeline"),
+            children: (
+              <>
+                <Timeline
+                  items={events.map((e: Schemas["JobEvent"]) => ({
+                    color: e.to_state === "FAILED" ? "red" : e.to_state === "SUCCEEDED" ? "green" : "blue",
+                    children: (
+                      <span>
+                        {fmtTime(e.created_at)} · #{e.attempt} {e.from_state || "∅"} → <b>{e.to_state}</b>
+                        {e.reason ? ` · ${e.reason}` : ""}
+                      </span>
+                    ),
+                  }))}
+                />
+                <Typography.Title level={4}>{t("job.attempts")}</Typography.Title>
+                <Table
+                  size="small"
+                  rowKey="id"
+                  pagination={false}
+                  dataSource={attempts}
+                  columns={[
+                    { title: "#", dataIndex: "number" },
+                    { title: t("common.state"), dataIndex: "state" },
+                    { title: "backend", dataIndex: "backend_id" },
+                    { title: "nodes", dataIndex: "nodes", render: (v: unknown) => (Array.isArray(v) ? v.join(", ") : "") },
+                    { title: t("job.exitCode"), dataIndex: "exit_code" },
+                    { title: "reason", dataIndex: "reason" },
+                    { title: "start", dataIndex: "started_at", render: fmtTime },
+                    { title: "end", dataIndex: "ended_at", render: fmtTime },
+                  ]}
+                />
+              </>
+            ),
+          },
+          {
+            key: "overview",
+            label: t("job.overview"),
+            children: (
+              <Card size="small">
+                <Descriptions column={{ xs: 1, md: 2 }} size="small">
+                  <Descriptions.Item label="id">{j.id}</Descriptions.Item>
+                  <Descriptions.Item label={t("common.project")}>{j.project_slug}</Descriptions.Item>
+                  <Descriptions.Item label={t("common.user")}>{j.user}</Descriptions.Item>
+                  <Descriptions.Item label={t("submit.kind")}>{j.kind}</Descriptions.Item>
+                  <Descriptions.Item label={t("job.resources")}>
+                    {j.gpus} GPU · {j.cpus} CPU · {j.memory_mb} MiB
+                  </Descriptions.Item>
+                  <Descriptions.Item label="cluster">
+                    {j.cluster} {j.partition}
+                  </Descriptions.Item>
+                  <Descriptions.Item label={t("common.created")}>{fmtTime(j.created_at)}</Descriptions.Item>
+                  <Descriptions.Item label="started">{fmtTime(j.started_at)}</Descriptions.Item>
+                  <Descriptions.Item label="finished">{fmtTime(j.finished_at)}</Descriptions.Item>
+                  <Descriptions.Item label={t("job.exitCode")}>{j.exit_code ?? "—"}</Descriptions.Item>
+                  <Descriptions.Item label="checkpoint">{j.latest_checkpoint || "—"}</Descriptions.Item>
+                  <Descriptions.Item label="restarts">{j.restart_count}</Descriptions.Item>
+                </Descriptions>
+              </Card>
+            ),
+          },
+        ]}
+      />
+    </div>
+  );
+}

@@ -1,0 +1,50 @@
+import type { ReactNode } from "react";
+import { App as AntApp, ConfigProvider } from "antd";
+import enUS from "antd/locale/en_US";
+import zhCN from "antd/locale/zh_CN";
+import { QueryClient, QueryClientProvider } from "@tanstack/react-query";
+import { I18nProvider, useI18n, type Lang } from "./i18n";
+import { SessionProvider } from "./session";
+import { ApiError } from "./api/client";
+
+export function makeQueryClient() {
+  return new QueryClient({
+    defaultOptions: {
+      queries: {
+        staleTime: 5_000,
+        refetchOnWindowFocus: false,
+        // 4xx answers are final; retry the rest once
+        retry: (n, err) => !(err instanceof ApiError && err.status < 500) && n < 1,
+      },
+    },
+  });
+}
+
+function Antd({ children }: { children: ReactNode }) {
+  const { lang } = useI18n();
+  return (
+    <ConfigProvider locale={lang === "zh" ? zhCN : enUS} theme={{ token: { colorPrimary: "#1558d6" } }}>
+      <AntApp>{children}</AntApp>
+    </ConfigProvider>
+  );
+}
+
+export function AppProviders({
+  children,
+  client,
+  lang,
+}: {
+  children: ReactNode;
+  client?: QueryClient;
+  lang?: Lang;
+}) {
+  return (
+    <QueryClientProvider client={client ?? makeQueryClient()}>
+      <I18nProvider lang={lang}>
+        <Antd>
+          <SessionProvider>{children}</SessionProvider>
+        </Antd>
+      </I18nProvider>
+    </QueryClientProvider>
+  );
+}
