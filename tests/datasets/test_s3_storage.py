@@ -19,13 +19,19 @@ PART = 5 * 1024 * 1024  # S3's smallest part; the tests' part size
 
 
 @pytest.fixture
-def s3(settings, tmp_path):
-    """A storage on a bucket of the tests' own (named after the test database), parts of
-    5 MiB, staging in a temporary directory; yields (storage, a fresh prefix)."""
+def s3_settings(settings, tmp_path):
+    """A bucket of the tests' own (named after the test database), parts of 5 MiB, staging
+    in a temporary directory."""
     database = os.environ.get("TORUS_TEST_DATABASE_NAME", "test_torus")
     settings.TORUS_S3_BUCKET = database.replace("_", "-")
     settings.TORUS_S3_PART_BYTES = PART
     settings.TORUS_S3_STAGING_DIR = str(tmp_path / "staging")
+    return settings
+
+
+@pytest.fixture
+def s3(s3_settings):
+    """(storage, a fresh prefix), emptied afterwards."""
     storage = S3Storage()
     prefix = f"t{uuid.uuid4().hex[:12]}/proj/datasets"
     yield storage, prefix
@@ -191,6 +197,8 @@ def test_delete_removes_files_and_unfinished_uploads_under_the_prefix_only(s3, t
     with pytest.raises(StorageError, match="no upload"):
         storage.upload_size(key=f"{prefix}/d1/v1/pending", upload_id=pending)
     storage.delete(prefix=f"{prefix}/d1/v1")  # nothing left: fine
+    storage.delete(prefix=f"{prefix}/d1/v10/kept")  # one file, by its own key
+    assert list(storage.list(prefix=f"{prefix}/d1")) == []
 
 
 def test_a_sealed_prefix_is_read_only_until_deleted(s3, tmp_path):

@@ -469,6 +469,7 @@ class S3Storage(Storage):
         prefix = self._key(prefix)
         self._abort_under(prefix)
         self._delete_keys([item["Key"] for item in self._objects(prefix + "/")])
+        self._delete_keys([prefix])  # a file's own key (no error when there is none)
         seal_prefix = f"{SEAL_ROOT}/{prefix}/"
         self._delete_keys([item["Key"] for item in self._objects(seal_prefix)])
 

@@ -1,0 +1,111 @@
+"""A dataset version of storage kind "s3" through the API, on the real S3 gateway: chunked
+and resumed uploads, commit (sealed in S3), verify, archive, and downloads that redirect to a
+presigned URL fetched with plain httpx."""
+
+import io
+import os
+import tarfile
+
+import httpx
+import pytest
+from django.urls import reverse
+
+from apps.datasets.models import DatasetVersion
+from apps.datasets.storage.base import Sealed
+from apps.datasets.storage.s3 import S3Storage
+from tests.datasets.conftest import (
+    commit,
+    create_dataset,
+    member,
+    put_chunk,
+    sha,
+    upload,
+    version_url,
+)
+from tests.datasets.test_s3_storage import PART, s3_settings  # noqa: F401 (fixture)
+
+
+@pytest.fixture
+def acme_s3(acme, s3_settings):  # noqa: F811
+    """acme, with every key under its tree removed from the tests' bucket afterwards."""
+    yield acme
+    S3Storage().delete(prefix=f"{acme.tenant.slug}/{acme.project.slug}/datasets")
+
+
+def open_s3_version(client, dataset_id) -> dict:
+    response = client.post(
+        reverse("dataset-version-list", kwargs={"dataset_pk": dataset_id}),
+        {"storage_kind": "s3"},
+        format="json",
+    )
+    assert response.status_code == 201, response.content
+    return response.json()
+
+
+def test_a_version_in_s3_is_uploaded_committed_verified_and_downloaded(acme_s3):
+    client = member(acme_s3)
+    dataset = create_dataset(client, acme_s3.project)
+    version = open_s3_version(client, dataset["id"])
+    assert version["storage_kind"] == "s3"
+    big, small = os.urandom(2 * PART + 4097), b"label,1\n"
+    done = upload(client, dataset["id"], 1, "train/big.bin", big, chunk=1 << 20)
+    assert done["file"] == {"path": "train/big.bin", "size": len(big), "sha256": sha(big)}
+    upload(client, dataset["id"], 1, "labels.csv", small)
+
+    storage = S3Storage()
+    row = DatasetVersion.objects.get(pk=version["id"])
+    keys = dict(storage.list(prefix=row.storage_prefix))
+    assert keys == {row.file_key("labels.csv"): len(small), row.file_key("train/big.bin"): len(big)}
+    assert storage.local_path(key=row.file_key("labels.csv")) is None
+
+    response = commit(client, dataset["id"], 1)
+    assert response.status_code == 200, response.content
+    assert response.json()["file_count"] == 2
+    with pytest.raises(Sealed):
+        storage.begin_upload(key=row.file_key("late.bin"))
+    assert client.post(version_url("verify", dataset["id"], 1)).json()["ok"] is True
+
+    # a file: the API redirects to a presigned URL on the S3 endpoint
+    redirect = client.get(version_url("download", dataset["id"], 1) + "?path=train/big.bin")
+    assert redirect.status_code == 302
+    fetched = httpx.get(redirect["Location"])
+    assert fetched.status_code == 200 and fetched.content == big
+
+    # the version as a tar, streamed from S3 through the API
+    archive = client.get(version_url("archive", dataset["id"], 1))
+    assert archive.status_code == 200
+    with tarfile.open(fileobj=io.BytesIO(b"".join(archive.streaming_content))) as tar:
+        members = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+    assert sorted(members.values(), key=len) == [small, big]
+
+
+def test_an_s3_upload_resumes_after_a_dropped_request(acme_s3):
+    client = member(acme_s3)
+    dataset = create_dataset(client, acme_s3.project, name="resumed")
+    open_s3_version(client, dataset["id"])
+    data = os.urandom(PART + 300_000)
+    first = put_chunk(client, dataset["id"], 1, "x.bin", data[:PART], offset=0, total=len(data))
+    assert first.status_code == 200 and first.json()["offset"] == PART
+
+    # the client lost the answer and sends from 0 again: told where to continue
+    again = put_chunk(client, dataset["id"], 1, "x.bin", data[:100], offset=0, total=len(data))
+    assert again.status_code == 409
+    state = client.get(version_url("upload", dataset["id"], 1) + "?path=x.bin").json()
+    assert state["offset"] == PART and state["complete"] is False
+    rest = put_chunk(
+        client, dataset["id"], 1, "x.bin", data[PART:], offset=PART, total=len(data)
+    ).json()
+    assert rest["complete"] is True and rest["file"]["sha256"] == sha(data)
+
+
+def test_an_unknown_storage_kind_is_a_400_naming_the_field(acme_s3):
+    client = member(acme_s3)
+    dataset = create_dataset(client, acme_s3.project, name="kinds")
+    response = client.post(
+        reverse("dataset-version-list", kwargs={"dataset_pk": dataset["id"]}),
+        {"storage_kind": "ftp"},
+        format="json",
+    )
+    assert response.status_code == 400
+    assert "storage_kind" in response.json()["error"]["fields"]
+    assert not DatasetVersion.objects.filter(dataset_id=dataset["id"]).exists()
