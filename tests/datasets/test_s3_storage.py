@@ -3,8 +3,11 @@ versitygw): multipart round trips, resume after a dropped connection, listing, d
 sealing, presigned URLs, and keys refused before any request leaves the process."""
 
 import hashlib
+import json
 import os
+import shutil
 import socket
+import subprocess
 import threading
 import uuid
 
@@ -247,6 +250,54 @@ def test_a_presigned_url_serves_the_file_to_plain_httpx(s3, tmp_path):
     assert httpx.get(url.split("?", 1)[0]).status_code == 403
     with pytest.raises(ValueError):
         storage.download_url(key=key, expires_s=8 * 24 * 3600)
+
+
+# A job: its own uid, no groups, the system Python (jobs do not run the platform's venv).
+JOB = ["setpriv", "--reuid=250000", "--regid=350000", "--clear-groups", "--"]
+FETCH = r"""
+import hashlib, json, sys, urllib.error, urllib.request
+out = []
+for url in sys.argv[1:]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            out.append([answer.status, hashlib.sha256(answer.read()).hexdigest()])
+    except urllib.error.HTTPError as exc:
+        out.append([exc.code, None])
+print(json.dumps(out))
+"""
+
+
+def test_a_job_reads_through_a_presigned_url_and_nothing_else(s3, tmp_path):
+    """The gateway's port is open to job uids (the stager fetches S3 versions with presigned
+    URLs); every unsigned or altered request is refused."""
+    storage, prefix = s3
+    data = os.urandom(100_000)
+    source = tmp_path / "f"
+    source.write_bytes(data)
+    key = f"{prefix}/d1/v1/x.bin"
+    storage.put_file(key=key, source=source)
+    storage.put_file(key=f"{prefix}/d1/v1/other.bin", source=source)
+    url = storage.download_url(key=key, expires_s=60)
+    endpoint = django_settings.TORUS_S3_ENDPOINT_URL
+    urls = [
+        url,
+        url.split("?", 1)[0],  # the object without a signature
+        url.replace("x.bin", "other.bin"),  # the signature of another object
+        f"{endpoint}/{storage.bucket}?list-type=2",  # listing the bucket
+        f"{endpoint}/",  # listing the buckets
+    ]
+    python = shutil.which("python3", path="/usr/bin:/bin")
+    done = subprocess.run(
+        [*JOB, python, "-c", FETCH, *urls],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd="/",
+        check=True,
+    )
+    answers = json.loads(done.stdout)
+    assert answers[0] == [200, hashlib.sha256(data).hexdigest()]
+    assert [status for status, _ in answers[1:]] == [403, 403, 403, 403]
 
 
 def test_a_missing_object_is_not_found(s3):

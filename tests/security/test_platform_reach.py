@@ -70,7 +70,6 @@ def service_ports() -> dict[str, int]:
         "slurmdbd": int(os.environ.get("TORUS_SLURMDBD_PORT", "16819")),
         "slurm-mariadb": int(os.environ.get("TORUS_SLURM_MARIADB_PORT", "16830")),
         "ldap": int(os.environ.get("TORUS_LDAP_PORT", "13389")),
-        "s3": int(os.environ.get("TORUS_S3_PORT", "19000")),
     }
 
 
