@@ -5,11 +5,14 @@ sealing, presigned URLs, and keys refused before any request leaves the process.
 import hashlib
 import json
 import os
+import pwd
 import shutil
 import socket
+import stat
 import subprocess
 import threading
 import uuid
+from pathlib import Path
 
 import httpx
 import pytest
@@ -140,6 +143,24 @@ def test_a_part_sent_just_before_a_crash_is_not_counted_twice(s3):
     storage.append(key=key, upload_id=upload_id, offset=PART, chunks=[data[PART:]])
     storage.finish_upload(key=key, upload_id=upload_id)
     assert read_all(storage, key) == data
+
+
+def test_staged_parts_belong_to_the_staging_directorys_owner(s3, settings):
+    """Run as root (the worker), the staged files go to the platform account that owns the
+    staging directory, so the web process (as that account) can continue the upload."""
+    storage, prefix = s3
+    torus = pwd.getpwnam("torus")
+    staging = Path(settings.TORUS_S3_STAGING_DIR)
+    staging.mkdir(mode=0o700)
+    os.chown(staging, torus.pw_uid, torus.pw_gid)
+    key = f"{prefix}/d1/v1/owned.bin"
+    upload_id = storage.begin_upload(key=key)
+    storage.append(key=key, upload_id=upload_id, offset=0, chunks=[b"x" * 1000])
+    made = storage._staging(key, upload_id)
+    for path in [made, made / "lock", made / "tail-1"]:
+        assert (path.stat().st_uid, path.stat().st_gid) == (torus.pw_uid, torus.pw_gid), path
+    assert stat.S_IMODE(made.stat().st_mode) == 0o700
+    storage.abort_upload(key=key, upload_id=upload_id)
 
 
 def test_an_aborted_upload_leaves_nothing(s3):

@@ -55,6 +55,14 @@ def _code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
 
+def _own(path: Path) -> None:
+    """Run as root (the worker, tests), give what it made in the staging directory to that
+    directory's owner (the platform account, as which the web process appends)."""
+    if os.geteuid() == 0:
+        info = Path(settings.TORUS_S3_STAGING_DIR).stat()
+        os.chown(path, info.st_uid, info.st_gid, follow_symlinks=False)
+
+
 class _ObjectReader(io.RawIOBase):
     """A raw stream over a GetObject body (read in the sizes asked for)."""
 
@@ -210,10 +218,9 @@ class S3Storage(Storage):
         try:
             root.mkdir(mode=0o700, parents=True, exist_ok=True)
             directory.mkdir(mode=0o700, exist_ok=True)
-            if os.geteuid() == 0:  # a root worker or test: leave it to whoever owns the root
-                info = root.stat()
-                os.chown(directory, info.st_uid, info.st_gid)
+            _own(directory)
             fd = os.open(directory / "lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            _own(directory / "lock")
         except OSError as exc:
             raise StorageError(f"staging for {key}: {exc.strerror}") from exc
         try:
@@ -267,7 +274,9 @@ class S3Storage(Storage):
     @staticmethod
     def _open_tail(key: str, tail: Path):
         try:
-            return open(tail, "ab", buffering=0)  # closed by the caller
+            out = open(tail, "ab", buffering=0)  # noqa: SIM115 (closed by the caller)
+            _own(tail)
+            return out
         except OSError as exc:
             raise StorageError(f"staging {key}: {exc.strerror}") from exc
 
