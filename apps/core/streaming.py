@@ -53,14 +53,20 @@ class ReceiveBody(io.RawIOBase):
         return True
 
     async def _pull(self, size: int) -> None:
-        while len(self._buffer) < size and not self._done:
-            message = await self._receive()
-            if message["type"] == "http.disconnect":
-                self._done = True
-                raise BodyInterrupted("the client disconnected during the upload")
-            self._buffer += message.get("body", b"")
-            if not message.get("more_body", False):
-                self._done = True
+        parts, have = [self._buffer], len(self._buffer)
+        try:
+            while have < size and not self._done:
+                message = await self._receive()
+                if message["type"] == "http.disconnect":
+                    self._done = True
+                    raise BodyInterrupted("the client disconnected during the upload")
+                body = message.get("body", b"")
+                parts.append(body)
+                have += len(body)
+                if not message.get("more_body", False):
+                    self._done = True
+        finally:
+            self._buffer = bytearray().join(parts)
 
     def read(self, size: int = -1) -> bytes:
         if size is None or size < 0:
@@ -81,7 +87,10 @@ class ReceiveBody(io.RawIOBase):
 
 
 class StreamingASGIHandler(ASGIHandler):
-    """Django's ASGI handler, except that registered routes stream their request body."""
+    """Django's ASGI handler, except that registered routes stream their request body, and
+    streamed responses go out in pieces of up to 1 MiB (Django's default is 64 KiB)."""
+
+    chunk_size = 1024 * 1024
 
     async def handle(self, scope, receive, send):
         if not streams_body(scope.get("path", ""), scope.get("method", "")):

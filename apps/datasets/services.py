@@ -8,7 +8,9 @@ storage quota is checked when bytes arrive and again at commit.
 
 import hashlib
 import os
+import queue
 import stat
+import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -237,7 +239,8 @@ def upload_append(
         upload.received = offset + length
         upload.save(update_fields=["received", "updated_at"])
 
-    digest = hashlib.sha256() if offset == 0 else None
+    # a whole file in one request is hashed on the way, in its own thread (beside the write)
+    digest = _BackgroundHash() if offset == 0 else None
     counted = 0
 
     def counted_chunks() -> Iterator[bytes]:
@@ -257,6 +260,7 @@ def upload_append(
     except UploadOffsetMismatch as exc:  # a concurrent request for the same file won
         raise DatasetConflict(str(exc), code="offset_mismatch", offset=exc.stored) from exc
     finally:
+        sha256 = digest.hexdigest() if digest is not None else None
         # what is really stored now counts (an interrupted body stored less than reserved)
         try:
             now = storage.upload_size(key=key, upload_id=upload.upload_id)
@@ -265,8 +269,32 @@ def upload_append(
         DatasetUpload.objects.filter(pk=upload.pk).update(received=now)
     if stored < total:
         return UploadState(path=path, offset=stored, complete=False)
-    sha256 = digest.hexdigest() if digest is not None and stored == counted else None
+    if stored != counted:
+        sha256 = None
     return _upload_finish(version=version, upload=upload, size=stored, sha256=sha256)
+
+
+class _BackgroundHash:
+    """sha256 of the chunks handed to it, computed in a thread of its own (hashlib releases
+    the GIL), so hashing overlaps with receiving and writing; at most 8 chunks wait."""
+
+    def __init__(self):
+        self._digest = hashlib.sha256()
+        self._queue: queue.Queue = queue.Queue(maxsize=8)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (chunk := self._queue.get()) is not None:
+            self._digest.update(chunk)
+
+    def update(self, chunk: bytes) -> None:
+        self._queue.put(chunk)
+
+    def hexdigest(self) -> str:
+        self._queue.put(None)
+        self._thread.join()
+        return self._digest.hexdigest()
 
 
 def _hash_stream(stream) -> tuple[str, int]:
