@@ -104,6 +104,7 @@ def reconcile_cluster(*, cluster_id) -> dict:
             stats["restarted"] += 1
     release_restarts(cluster=cluster)
     track_checkpoints(cluster=cluster)
+    track_dataset_stages(cluster=cluster)
     cancel_requested(cluster=cluster, backend=backend, by_tag=by_tag)
     Cluster.objects.filter(pk=cluster.pk).update(
         healthy=True, last_error="", last_reconciled_at=timezone.now()
@@ -335,6 +336,20 @@ def track_checkpoints(*, cluster: Cluster) -> None:
             Job.objects.filter(pk=job.pk).update(
                 latest_checkpoint=latest, latest_checkpoint_at=timezone.now()
             )
+
+
+def track_dataset_stages(*, cluster: Cluster) -> None:
+    """Record the staging reports of running attempts that have none yet, so the cache's
+    figures show while a long job runs (the attempt's end records them again, whole)."""
+    for attempt in (
+        JobAttempt.objects.filter(
+            job__cluster=cluster, state=AttemptState.RUNNING, dataset_stages__isnull=True
+        )
+        .exclude(job__spec__datasets=[])
+        .exclude(job__spec__datasets__isnull=True)
+        .select_related("job", "job__project__tenant")
+    ):
+        dataset_stages_record(attempt=attempt)
 
 
 def cancel_requested(*, cluster: Cluster, backend, by_tag: dict) -> None:

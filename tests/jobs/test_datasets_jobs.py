@@ -153,6 +153,24 @@ def test_the_nodes_cache_evicts_the_least_recently_used_version_under_its_limit(
     assert (stage.misses, stage.evicted_bytes) == (1, 1000)
 
 
+def test_a_running_jobs_staging_shows_before_it_ends(acme, slurm_cluster):
+    make_version(acme, "corpus", {"sub/a.txt": b"soon"})
+    body = submit(
+        acme.client(Role.MEMBER),
+        acme.project,
+        command=["sleep", "300"],
+        datasets=[{"version": "corpus:1", "as": "TRAIN"}],
+    )
+    job = drive(
+        body["id"],
+        condition=lambda job: (
+            job.state == "RUNNING" and DatasetStage.objects.filter(attempt__job=job).exists()
+        ),
+    )
+    stage = DatasetStage.objects.get(attempt__job=job)
+    assert (stage.misses, stage.bytes_staged) == (1, 4)
+
+
 def test_a_two_node_job_stages_on_each_of_its_nodes(acme, slurm_cluster):
     make_version(acme, "corpus", {"sub/a.txt": b"everywhere"})
     job = run(
