@@ -304,15 +304,31 @@ def cmd_download(client: Client, args) -> None:
     bar.close()
     os.replace(partial, target)
     if not args.file and args.extract:
-        import tarfile
-
-        with tarfile.open(target) as archive:
-            archive.extractall(out.with_suffix("") if out.suffix == ".tar" else out, filter="data")
+        extract(target, out.with_suffix("") if out.suffix == ".tar" else out)
         target.unlink()
     if args.json:
         emit(args, {"path": str(target), "bytes": written})
     else:
         print(f"{written} bytes -> {target if target.exists() else out}")
+
+
+def extract(archive: Path, into: Path) -> None:
+    """Unpack regular files and directories only, each inside `into`."""
+    import shutil
+    import tarfile
+
+    base = into.resolve()
+    with tarfile.open(archive) as tar:
+        for member in tar:
+            target = (base / member.name).resolve()
+            if not target.is_relative_to(base) or not (member.isfile() or member.isdir()):
+                raise TorusError(f"refusing archive entry {member.name!r}")
+            if member.isdir():
+                target.mkdir(parents=True, exist_ok=True)
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with tar.extractfile(member) as src, target.open("wb") as dst:
+                shutil.copyfileobj(src, dst, 1024 * 1024)
 
 
 def cmd_compare(client: Client, args) -> None:

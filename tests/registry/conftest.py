@@ -31,3 +31,7 @@ def globex_area(globex):
     area = _make_area(globex.project)
     yield area
     shutil.rmtree(project_root(globex.project), ignore_errors=True)
+
+
+from tests.jobs.conftest import control_loop, slurm_cluster  # noqa: E402, F401  (fixtures)
+from tests.logs.conftest import es, shipper_loop  # noqa: E402, F401  (fixtures)
