@@ -53,6 +53,10 @@ def _request(world, role, resource, action, cluster=None):
         from tests.registry.matrix import request_registry
 
         return request_registry(world, role, resource, action)
+    if resource == "dataset":
+        from tests.datasets.matrix import request_datasets
+
+        return request_datasets(world, role, resource, action)
     if resource == "usage":
         return client.get(reverse({"read": "usage", "export": "usage-export"}[action]))
     if resource == "logs":
@@ -166,6 +170,7 @@ def test_matrix_covers_every_resource_and_verb():
         "usage",
         "logs",
         "failure-signature",
+        "dataset",
         "model",
         "lineage",
         "webhook",
