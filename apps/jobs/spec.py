@@ -245,6 +245,8 @@ class DatasetRefSerializer(StrictSerializer):
     """One dataset version a job reads: {"version": "<name>:<n>" or id, "as": "TRAIN"}."""
 
     version = serializers.CharField(max_length=100)
+    # what a stored spec shows beside the version id ("corpus:3"); resubmitting it is allowed
+    ref = serializers.CharField(max_length=100, required=False, write_only=True)
 
     def get_fields(self):
         fields = super().get_fields()

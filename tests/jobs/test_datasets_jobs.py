@@ -232,3 +232,14 @@ def test_another_tenants_version_is_a_400_and_bad_names_are_refused(acme, globex
     response = client.post(reverse("job-list"), {**body, "datasets": twice}, format="json")
     assert response.status_code == 400
     assert not Job.objects.exists()
+
+
+def test_datasets_as_a_stored_spec_shows_them_can_be_submitted_again(acme, cluster):
+    version = make_version(acme, "corpus", {"a": b"a"})
+    client = acme.client(Role.MEMBER)
+    datasets_spec = [{"version": "corpus:1", "as": "TRAIN"}]
+    first = submit(client, acme.project, command=["true"], datasets=datasets_spec)
+    shown = client.get(reverse("job-detail", args=[first["id"]])).json()["spec"]["datasets"]
+    assert shown == [{"version": str(version.pk), "ref": "corpus:1", "as": "TRAIN"}]
+    again = submit(client, acme.project, command=["true"], datasets=shown)
+    assert again["spec"]["datasets"] == shown
