@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.conf import settings
 
 
 class DatasetsConfig(AppConfig):
@@ -16,3 +17,5 @@ class DatasetsConfig(AppConfig):
             r"^/api/v1/datasets/[^/]+/versions/[0-9]+/upload/?$", methods=("PUT",)
         )
         on_storage_usage(storage_bytes_by_project)
+        if settings.TORUS_S3_ACCESS_KEY:
+            from apps.datasets import health  # noqa: F401  (registers the /readyz check)

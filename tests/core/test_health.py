@@ -23,6 +23,7 @@ def test_readyz_reports_each_dependency(celery_worker):
         "celery": "ok",
         "clusters": "ok",
         "elasticsearch": "ok",
+        "s3": "ok",
     }
     assert ping.delay().get(timeout=10) == "pong"
 

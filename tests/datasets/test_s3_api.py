@@ -8,6 +8,7 @@ import tarfile
 
 import httpx
 import pytest
+from django.test import Client
 from django.urls import reverse
 
 from apps.datasets.models import DatasetVersion
@@ -109,3 +110,13 @@ def test_an_unknown_storage_kind_is_a_400_naming_the_field(acme_s3):
     assert response.status_code == 400
     assert "storage_kind" in response.json()["error"]["fields"]
     assert not DatasetVersion.objects.filter(dataset_id=dataset["id"]).exists()
+
+
+@pytest.mark.django_db
+def test_readyz_names_s3_when_it_does_not_answer(settings):
+    assert Client().get("/readyz").json()["checks"]["s3"]["status"] == "ok"
+    settings.TORUS_S3_ENDPOINT_URL = "http://127.0.0.1:9"
+    response = Client().get("/readyz")
+    assert response.status_code == 503
+    assert response.json()["checks"]["s3"]["status"] == "error"
+    assert "S3 unreachable" in response.json()["checks"]["s3"]["error"]

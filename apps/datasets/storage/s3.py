@@ -93,7 +93,7 @@ class S3Storage(Storage):
 
     # -- connection -----------------------------------------------------------------------------
 
-    def _make_client(self, endpoint: str):
+    def _make_client(self, endpoint: str, *, quick: bool = False):
         return boto3.session.Session().client(
             "s3",
             endpoint_url=endpoint,
@@ -103,9 +103,9 @@ class S3Storage(Storage):
             config=Config(
                 signature_version="s3v4",
                 s3={"addressing_style": "path"},
-                retries={"mode": "standard", "max_attempts": 3},
-                connect_timeout=5,
-                read_timeout=60,
+                retries={"mode": "standard", "max_attempts": 1 if quick else 3},
+                connect_timeout=2 if quick else 5,
+                read_timeout=3 if quick else 60,
                 # checksums only where S3 requires them (not every S3-compatible server
                 # knows the newer default trailers)
                 request_checksum_calculation="when_required",
@@ -113,7 +113,7 @@ class S3Storage(Storage):
             ),
         )
 
-    def _client(self, *, public: bool = False):
+    def _client(self, *, public: bool = False, quick: bool = False):
         endpoint = settings.TORUS_S3_ENDPOINT_URL
         if public and settings.TORUS_S3_PUBLIC_URL:
             endpoint = settings.TORUS_S3_PUBLIC_URL
@@ -127,12 +127,18 @@ class S3Storage(Storage):
             settings.TORUS_S3_REGION,
             settings.TORUS_S3_ACCESS_KEY,
             settings.TORUS_S3_SECRET_KEY,
+            quick,
         )
         with self._lock:
             client = self._clients.get(ident)
             if client is None:
-                client = self._clients[ident] = self._make_client(endpoint)
+                client = self._clients[ident] = self._make_client(endpoint, quick=quick)
         return client
+
+    def ping(self) -> None:
+        """Raise unless the bucket answers an authenticated HEAD (one try, short timeouts)."""
+        with self._errors(f"bucket {self.bucket}"):
+            self._client(quick=True).head_bucket(Bucket=self.bucket)
 
     @property
     def bucket(self) -> str:
