@@ -237,6 +237,21 @@ def _dataset_versions(*, tenant_id, refs) -> list:
     return found
 
 
+def models_area_ensure(*, project: Project, in_worker: bool = False) -> None:
+    """The project's models/ directory in its tree, made by the root worker when missing (the
+    web process asks a worker and waits: apps/datasets/services.py)."""
+    if (project_root(project) / "models").is_dir():
+        return
+    if in_worker:
+        from apps.datasets.tasks import project_storage_ensure
+
+        project_storage_ensure(str(project.pk))
+    else:
+        from apps.datasets.services import project_storage_ensure
+
+        project_storage_ensure(project=project)
+
+
 def _next_version(model: RegisteredModel, **fields) -> ModelVersion:
     locked = RegisteredModel.objects.select_for_update().get(pk=model.pk)
     locked.last_number += 1
@@ -284,6 +299,7 @@ def version_create(
     if source_path:
         _tree_source(model=model, path=source_path)  # a 400 now, before anything is written
         fields.update(source_path=source_path, state=VersionState.PENDING)
+    models_area_ensure(project=model.project)
     with transaction.atomic():
         version = _next_version(model, **fields)
         if datasets:
@@ -516,6 +532,7 @@ def version_import(*, version_id) -> ModelVersion | None:
         )
         if version is None or version.state != VersionState.PENDING:
             return version
+        models_area_ensure(project=version.model.project, in_worker=True)
         storage = _storage(version)
         storage.delete(prefix=version.key_prefix)  # a copy cut short before
         version.files.all().delete()

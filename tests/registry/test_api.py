@@ -323,3 +323,22 @@ def test_bad_input_is_a_400_naming_the_field(acme, models_area):
         assert response.status_code == 400, (body, response.content)
         assert field in response.json()["error"]["fields"], (body, response.json())
     assert not ModelVersion.objects.exists()
+
+
+def test_the_worker_makes_the_models_area_on_first_need(acme, celery_worker):
+    """The web process cannot make directories in the tenant tree: a worker does, once."""
+    import pwd
+
+    from django.conf import settings
+
+    from apps.identity.storage import project_root
+
+    area = project_root(acme.project) / "models"
+    assert not area.exists()
+    client = acme.client(Role.MEMBER)
+    model = create_model(client, acme.project)
+    version = upload_version(client, model["id"], {"w.bin": b"first"})
+    assert version["state"] == "ready"
+    info = area.stat()
+    assert pwd.getpwuid(info.st_uid).pw_name == settings.TORUS_SERVICE_USER
+    assert oct(info.st_mode & 0o7777) == "0o2750"
