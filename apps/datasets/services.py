@@ -18,7 +18,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from apps.core.actor import Actor
@@ -161,6 +161,23 @@ def _checked_path(path) -> str:
     return path
 
 
+def _check_no_clash(version: DatasetVersion, path: str) -> None:
+    """A file may not sit where another file's directory is, nor below another file."""
+    parts = path.split("/")
+    parents = ["/".join(parts[:i]) for i in range(1, len(parts))]
+    clash = (
+        DatasetFile.objects.filter(version=version)
+        .filter(Q(path__in=parents) | Q(path__startswith=path + "/"))
+        .values_list("path", flat=True)
+        .first()
+    )
+    if clash is not None:
+        raise DatasetConflict(
+            f"{path} clashes with {clash} (a file cannot also be a directory).",
+            code="path_clash",
+        )
+
+
 @dataclass
 class UploadState:
     path: str
@@ -215,6 +232,7 @@ def upload_append(
         _check_open(locked)
         upload = DatasetUpload.objects.filter(version=locked, path=path).first()
         if upload is None:
+            _check_no_clash(locked, path)
             if offset != 0:
                 raise DatasetConflict(
                     f"No upload of {path} is in progress: start at offset 0.",
@@ -390,6 +408,10 @@ def _walk_regular_files(top: Path) -> list[tuple[str, int]]:
                     {"path": [f"{relative} is a symbolic link; links are not followed."]}
                 )
             if stat.S_ISREG(info.st_mode):
+                if info.st_nlink > 1:  # a hard link may name a file from anywhere
+                    raise ValidationError(
+                        {"path": [f"{relative} has other hard links; copy it first."]}
+                    )
                 problem = file_path_problem(relative)
                 if problem:
                     raise ValidationError({"path": [f"{relative}: {problem}"]})
@@ -454,6 +476,8 @@ def version_register_directory(
         with transaction.atomic():
             locked = DatasetVersion.objects.select_for_update().get(pk=version.pk)
             _check_open(locked)
+            for relative, _size in files:
+                _check_no_clash(locked, relative)
             storage_admit(
                 tenant_id=tenant_id, project_id=project_id, add_bytes=sum(s for _, s in files)
             )

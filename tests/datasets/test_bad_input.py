@@ -202,3 +202,29 @@ def test_a_viewer_cannot_upload_or_commit(acme_storage):
     assert commit(viewer, dataset["id"], 1).status_code == 403
     listing = viewer.get(reverse("dataset-version-list", kwargs={"dataset_pk": dataset["id"]}))
     assert listing.status_code == 200
+
+
+def test_a_file_cannot_also_be_a_directory(acme_storage):
+    client = member(acme_storage)
+    dataset = create_dataset(client, acme_storage.project)
+    open_version(client, dataset["id"])
+    upload(client, dataset["id"], 1, "a/b", b"1")
+    for path in ("a", "a/b/c"):
+        response = put_chunk(client, dataset["id"], 1, path, b"x", offset=0, total=1)
+        assert response.status_code == 409, path
+        assert response.json()["error"]["code"] == "path_clash"
+
+
+def test_register_refuses_hard_links(acme_storage):
+    source = project_root(acme_storage.project) / "jobs" / "linked"
+    source.mkdir(parents=True)
+    (source / "a").write_bytes(b"a")
+    os.link(source / "a", source / "b")
+    client = member(acme_storage)
+    dataset = create_dataset(client, acme_storage.project)
+    open_version(client, dataset["id"])
+    response = client.post(
+        version_url("register", dataset["id"], 1), {"path": str(source)}, format="json"
+    )
+    assert response.status_code == 400
+    assert "hard links" in response.json()["error"]["fields"]["path"][0]
