@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import io
 import re
+from collections import deque
 from collections.abc import AsyncIterator, Iterator
 
 from asgiref.sync import async_to_sync, sync_to_async
@@ -41,44 +42,51 @@ class BodyInterrupted(Exception):
 
 
 class ReceiveBody(io.RawIOBase):
-    """A request body read from the ASGI channel as the view asks for it."""
+    """A request body read from the ASGI channel as the view asks for it. A read returns at
+    most `size` bytes (fewer only at the end); each byte is copied once, when the received
+    pieces are joined."""
 
     def __init__(self, receive):
         super().__init__()
         self._receive = receive
-        self._buffer = bytearray()
+        self._parts: deque[bytes] = deque()
+        self._have = 0
         self._done = False
 
     def readable(self) -> bool:
         return True
 
     async def _pull(self, size: int) -> None:
-        parts, have = [self._buffer], len(self._buffer)
-        try:
-            while have < size and not self._done:
-                message = await self._receive()
-                if message["type"] == "http.disconnect":
-                    self._done = True
-                    raise BodyInterrupted("the client disconnected during the upload")
-                body = message.get("body", b"")
-                parts.append(body)
-                have += len(body)
-                if not message.get("more_body", False):
-                    self._done = True
-        finally:
-            self._buffer = bytearray().join(parts)
+        while self._have < size and not self._done:
+            message = await self._receive()
+            if message["type"] == "http.disconnect":
+                self._done = True
+                raise BodyInterrupted("the client disconnected during the upload")
+            if body := message.get("body", b""):
+                self._parts.append(body)
+                self._have += len(body)
+            if not message.get("more_body", False):
+                self._done = True
 
     def read(self, size: int = -1) -> bytes:
         if size is None or size < 0:
-            parts = []
+            pieces = []
             while chunk := self.read(1024 * 1024):
-                parts.append(chunk)
-            return b"".join(parts)
-        if len(self._buffer) < size and not self._done:
+                pieces.append(chunk)
+            return b"".join(pieces)
+        if self._have < size and not self._done:
             async_to_sync(self._pull)(size)
-        out = bytes(self._buffer[:size])
-        del self._buffer[:size]
-        return out
+        out, taken = [], 0
+        while self._parts and taken < size:
+            part = self._parts.popleft()
+            if taken + len(part) > size:
+                cut = size - taken
+                self._parts.appendleft(part[cut:])
+                part = part[:cut]
+            out.append(part)
+            taken += len(part)
+        self._have -= taken
+        return out[0] if len(out) == 1 else b"".join(out)
 
     def readinto(self, buffer) -> int:
         data = self.read(len(buffer))
