@@ -8,6 +8,7 @@ apps/core/streaming.py). `GET .../upload?path=P` tells the stored offset to resu
 `DELETE` drops an unfinished upload.
 """
 
+import logging
 import re
 import uuid
 from urllib.parse import quote
@@ -45,9 +46,10 @@ from apps.datasets.api.serializers import (
 from apps.datasets.models import Dataset, DatasetFile, DatasetVersion, VersionState
 from apps.datasets.paths import file_path_problem
 from apps.datasets.storage import storage_for
-from apps.datasets.storage.base import CHUNK_BYTES
+from apps.datasets.storage.base import CHUNK_BYTES, Sealed, StorageError
 
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+logger = logging.getLogger(__name__)
 
 
 class CodedConflictMixin:
@@ -59,6 +61,13 @@ class CodedConflictMixin:
             body = error_body(409, str(exc), code=exc.code)
             body["error"].update(getattr(exc, "details", {}))
             return Response(body, status=409)
+        if isinstance(exc, Sealed):
+            body = error_body(409, "The version is committed.", code="version_committed")
+            return Response(body, status=409)
+        if isinstance(exc, StorageError):  # the filesystem or the object store failed
+            logger.warning("dataset storage: %s", exc)
+            body = error_body(503, "The storage failed; try again later.", code="storage_error")
+            return Response(body, status=503, headers={"Retry-After": "30"})
         if isinstance(exc, BodyInterrupted):  # what arrived is stored; the client resumes
             body = error_body(400, f"Upload interrupted: {exc}", code="upload_interrupted")
             return Response(body, status=400)
