@@ -90,7 +90,11 @@ def _local_files(directory: Path) -> list[tuple[str, Path, int]]:
     if not directory.is_dir():
         raise TorusError(f"{directory} is not a directory")
     files = []
-    for root, dirs, names in os.walk(directory):
+
+    def refuse(exc: OSError):
+        raise TorusError(f"cannot read {exc.filename}: {exc.strerror}")
+
+    for root, dirs, names in os.walk(directory, onerror=refuse):
         dirs.sort()
         for name in sorted(names):
             path = Path(root) / name
@@ -202,7 +206,10 @@ def upload_directory(
     progress = Progress(f"{name}:{version['number']}", total, enabled=show_progress)
     try:
         for rel, path, size in files:
-            upload_file(client, base, rel, path, size, progress)
+            try:
+                upload_file(client, base, rel, path, size, progress)
+            except OSError as exc:
+                raise TorusError(f"cannot read {path}: {exc.strerror or exc}") from exc
     finally:
         progress.close()
     if not commit:

@@ -5,9 +5,10 @@ before any view runs, and consumes a synchronous streaming response into a list.
 acceptable for multi-gigabyte dataset files, so:
 
 - routes registered with `register_streaming_body` (a path regex and a method) get their body
-  as a file-like object that pulls from the ASGI `receive` channel on each read: the view
-  (running in its request thread) reads it in bounded pieces while uvicorn's flow control
-  holds the client back; nothing is spooled. The body-size guard does not apply to them.
+  as a file-like object fed from the ASGI `receive` channel by a task that reads a bounded
+  amount ahead: the view (running in its request thread) reads it in bounded pieces while
+  uvicorn's flow control holds the client back; nothing is spooled. The body-size guard does
+  not apply to them.
 - `async_chunks` turns a synchronous iterator of bytes into an asynchronous one that reads
   each piece in a worker thread, for StreamingHttpResponse under ASGI.
 """
@@ -42,30 +43,54 @@ class BodyInterrupted(Exception):
 
 
 class ReceiveBody(io.RawIOBase):
-    """A request body read from the ASGI channel as the view asks for it. A read returns at
-    most `size` bytes (fewer only at the end); each byte is copied once, when the received
-    pieces are joined."""
+    """A request body read from the ASGI channel as the view asks for it. A task on the event
+    loop reads ahead (at most `ahead` messages) while the view, in its thread, writes what it
+    has, so receiving and writing overlap. A read returns at most `size` bytes (fewer only at
+    the end); each byte is copied once, when the received pieces are joined."""
 
-    def __init__(self, receive):
+    def __init__(self, receive, *, ahead: int = 32):
         super().__init__()
         self._receive = receive
+        self._queue: asyncio.Queue = asyncio.Queue(maxsize=ahead)
         self._parts: deque[bytes] = deque()
         self._have = 0
         self._done = False
+        self._pump_task: asyncio.Task | None = None
 
     def readable(self) -> bool:
         return True
 
-    async def _pull(self, size: int) -> None:
-        while self._have < size and not self._done:
+    def start(self) -> None:
+        self._pump_task = asyncio.get_running_loop().create_task(self._pump())
+
+    async def stop(self) -> None:
+        if self._pump_task is not None:
+            self._pump_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._pump_task
+
+    async def _pump(self) -> None:
+        while True:
             message = await self._receive()
             if message["type"] == "http.disconnect":
+                await self._queue.put(None)
+                return
+            more = message.get("more_body", False)
+            await self._queue.put((message.get("body", b""), more))
+            if not more:
+                return
+
+    async def _pull(self, size: int) -> None:
+        while self._have < size and not self._done:
+            item = await self._queue.get()
+            if item is None:
                 self._done = True
                 raise BodyInterrupted("the client disconnected during the upload")
-            if body := message.get("body", b""):
+            body, more = item
+            if body:
                 self._parts.append(body)
                 self._have += len(body)
-            if not message.get("more_body", False):
+            if not more:
                 self._done = True
 
     def read(self, size: int = -1) -> bytes:
@@ -104,6 +129,13 @@ class StreamingASGIHandler(ASGIHandler):
         if not streams_body(scope.get("path", ""), scope.get("method", "")):
             return await super().handle(scope, receive, send)
         body = ReceiveBody(receive)
+        body.start()
+        try:
+            await self._handle_streaming(scope, body, send)
+        finally:
+            await body.stop()
+
+    async def _handle_streaming(self, scope, body: ReceiveBody, send) -> None:
         set_script_prefix(get_script_prefix(scope))
         await signals.request_started.asend(sender=self.__class__, scope=scope)
         request, error_response = self.create_request(scope, body)
