@@ -81,6 +81,21 @@ def test_a_large_body_streams_to_storage_with_bounded_memory(api):
     # server and client share this process: a buffered body would add 256 MiB
     assert grown_mib < 64, f"the process grew {grown_mib:.0f} MiB while uploading 256 MiB"
 
+    # downloads stream too (Django would read a synchronous iterator whole under ASGI)
+    assert client.post(f"{version}/commit/").status_code == 200
+    for url, params in ((f"{version}/download/", {"path": "big.bin"}), (f"{version}/archive/", {})):
+        before = _reset_peak()
+        got, received = hashlib.sha256(), 0
+        with client.stream("GET", url, params=params) as response:
+            assert response.status_code == 200
+            for chunk in response.iter_raw(1 << 20):
+                got.update(chunk)
+                received += len(chunk)
+        grown_mib = (_rss_peak_kib() - before) / 1024
+        assert received >= size
+        assert grown_mib < 64, f"the process grew {grown_mib:.0f} MiB while serving {url}"
+    assert got.hexdigest() != expected.hexdigest()  # the tar: headers around the bytes
+
 
 def test_a_dropped_connection_keeps_what_arrived_and_the_upload_resumes(api):
     client, version, base = api
