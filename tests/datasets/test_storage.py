@@ -1,7 +1,10 @@
 """POSIX storage in the tenant's tree: made by the root worker on the API's request (503 with a
 code when none answers), read by the project's people and by nobody of another tenant."""
 
+import os
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from django.urls import reverse
@@ -11,6 +14,8 @@ from apps.identity.services import account_ensure, group_ensure
 from apps.identity.storage import project_root
 from apps.tenancy.models import Role
 from tests.datasets.conftest import create_dataset, member, open_version, upload
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _cat_as(path, *, uid: int, gid: int, groups: list[int]) -> subprocess.CompletedProcess:
@@ -77,3 +82,57 @@ def test_without_a_worker_opening_a_version_is_a_503_with_a_code(acme, settings)
     assert response.json()["error"]["code"] == "storage_unavailable"
     assert response["Retry-After"]
     assert not (project_root(acme.project) / "datasets").exists()
+
+
+AS_PLATFORM = """
+import os, sys
+os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
+import django
+django.setup()
+from django.conf import settings
+from apps.datasets.storage import storage_for
+settings.TORUS_JOB_ROOT = sys.argv[1]
+storage = storage_for("posix")
+for key in sys.argv[2:]:
+    try:
+        upload = storage.begin_upload(key=key)
+        storage.append(key=key, upload_id=upload, offset=0, chunks=[b"hello"])
+        storage.finish_upload(key=key, upload_id=upload)
+        storage.seal(prefix=key.rsplit("/", 1)[0])
+        print(key, "written", storage.stat(key=key))
+    except Exception as exc:
+        print(key, "refused", type(exc).__name__)
+"""
+
+
+def test_the_unprivileged_web_account_writes_datasets_and_nothing_else(acme_storage, settings):
+    """As the web process runs in production (the `torus` account, not root)."""
+    root, tenant, project = settings.TORUS_JOB_ROOT, "acme", "acme-proj"
+    result = subprocess.run(
+        [
+            "setpriv",
+            "--reuid=torus",
+            "--regid=torus",
+            "--init-groups",
+            sys.executable,
+            "-c",
+            AS_PLATFORM,
+            root,
+            f"{tenant}/{project}/datasets/d/v1/f",
+            f"{tenant}/{project}/models/m/v1/f",
+            f"{tenant}/{project}/jobs/x/f",
+            f"{tenant}/{project}/datasets/d/v1/g",  # sealed by the first key meanwhile
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "TORUS_JOB_ROOT": root},
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        f"{tenant}/{project}/datasets/d/v1/f written 5",
+        f"{tenant}/{project}/models/m/v1/f written 5",
+        f"{tenant}/{project}/jobs/x/f refused StorageError",
+        f"{tenant}/{project}/datasets/d/v1/g refused Sealed",
+    ]
