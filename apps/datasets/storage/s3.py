@@ -27,6 +27,7 @@ import os
 import shutil
 import threading
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO
 
@@ -81,6 +82,46 @@ class _ObjectReader(io.RawIOBase):
         if not self.closed:
             self._body.close()
         super().close()
+
+
+class _PartSender:
+    """Sends full parts in a thread while the caller fills the next one: at most one part in
+    flight, so at most two wait on disk. A part's file goes once S3 has it. Leaving the block
+    waits for the part in flight (also after an error), so a resumed upload finds either the
+    part in S3 or its file on disk."""
+
+    def __init__(self, storage: "S3Storage", key: str, upload_id: str):
+        self._storage, self._key, self._upload_id = storage, key, upload_id
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="s3-part")
+        self._in_flight: tuple[Future, Path] | None = None
+
+    def send(self, number: int, path: Path) -> None:
+        self.wait()
+        future = self._pool.submit(
+            self._storage._send_part, self._key, self._upload_id, number, path
+        )
+        self._in_flight = (future, path)
+
+    def wait(self) -> None:
+        if self._in_flight is not None:
+            future, path = self._in_flight
+            self._in_flight = None
+            future.result()
+            path.unlink(missing_ok=True)
+
+    def __enter__(self) -> "_PartSender":
+        return self
+
+    def __exit__(self, kind, error, trace) -> None:
+        try:
+            if kind is None:
+                self.wait()
+            elif self._in_flight is not None:
+                # the first error is the one to report; this part's fate shows in S3
+                with contextlib.suppress(Exception):
+                    self.wait()
+        finally:
+            self._pool.shutdown(wait=True)
 
 
 class S3Storage(Storage):
@@ -254,14 +295,22 @@ class S3Storage(Storage):
         return parts
 
     @staticmethod
-    def _tail(directory: Path, parts: list[dict]) -> Path:
-        """The file filling part len(parts)+1; tails of parts S3 already has are dropped."""
+    def _tails(directory: Path, parts: list[dict]) -> list[tuple[int, Path]]:
+        """The staged parts S3 does not have yet, in order: (number, file) from part
+        len(parts)+1 on, every one full but the last. Tails of parts S3 already lists (a crash
+        between sending a part and removing its file) are stale and dropped."""
         following = len(parts) + 1
-        for stale in directory.glob("tail-*"):
-            number = stale.name.removeprefix("tail-")
-            if not number.isdigit() or int(number) != following:
-                stale.unlink(missing_ok=True)
-        return directory / f"tail-{following}"
+        tails = []
+        for path in directory.glob("tail-*"):
+            number = path.name.removeprefix("tail-")
+            if number.isdigit() and int(number) >= following:
+                tails.append((int(number), path))
+            else:
+                path.unlink(missing_ok=True)
+        tails.sort()
+        if [number for number, _ in tails] != list(range(following, following + len(tails))):
+            raise StorageError(f"the staged parts in {directory} have a gap")
+        return tails
 
     @staticmethod
     def _size_of(path: Path) -> int:
@@ -317,7 +366,8 @@ class S3Storage(Storage):
         key = self._key(key)
         with self._staged(key, upload_id) as directory:
             parts = self._parts(key, upload_id)
-            return sum(part["Size"] for part in parts) + self._size_of(self._tail(directory, parts))
+            staged = sum(self._size_of(path) for _, path in self._tails(directory, parts))
+            return sum(part["Size"] for part in parts) + staged
 
     def append(self, *, key: str, upload_id: str, offset: int, chunks: Iterable[bytes]) -> int:
         key = self._key(key)
@@ -325,34 +375,38 @@ class S3Storage(Storage):
         part_bytes = self._part_bytes()
         with self._staged(key, upload_id) as directory:
             parts = self._parts(key, upload_id)
-            number = len(parts) + 1
-            tail = self._tail(directory, parts)
-            filled = self._size_of(tail)
-            stored = sum(part["Size"] for part in parts) + filled
+            tails = self._tails(directory, parts)
+            stored = sum(part["Size"] for part in parts)
+            stored += sum(self._size_of(path) for _, path in tails)
             if stored != offset:
                 raise UploadOffsetMismatch(stored=stored, offset=offset)
-            out = self._open_tail(key, tail)
-            try:
-                # the chunks come from the client: their errors (a dropped connection) go
-                # up as they are, after what arrived before them is staged
-                for chunk in chunks:
-                    view = memoryview(chunk)
-                    while view:
-                        piece = view[: part_bytes - filled]
-                        written = self._write(key, out, piece)
-                        view = view[written:]
-                        filled += written
-                        stored += written
-                        if filled >= part_bytes:
-                            out.close()
-                            self._send_part(key, upload_id, number, tail)
-                            tail.unlink()
-                            number += 1
-                            tail = directory / f"tail-{number}"
-                            out = self._open_tail(key, tail)
-                            filled = 0
-            finally:
-                out.close()
+            with _PartSender(self, key, upload_id) as sender:
+                for number, path in tails[:-1]:  # full parts a crash left unsent
+                    sender.send(number, path)
+                number, tail = tails[-1] if tails else (len(parts) + 1, None)
+                tail = tail or directory / f"tail-{number}"
+                filled = self._size_of(tail)
+                out = self._open_tail(key, tail)
+                try:
+                    # the chunks come from the client: their errors (a dropped connection)
+                    # go up as they are, after what arrived before them is staged
+                    for chunk in chunks:
+                        view = memoryview(chunk)
+                        while view or filled >= part_bytes:
+                            if filled >= part_bytes:
+                                # sent while the next part fills; one part in flight at most
+                                out.close()
+                                sender.send(number, tail)
+                                number += 1
+                                tail = directory / f"tail-{number}"
+                                out = self._open_tail(key, tail)
+                                filled = 0
+                            written = self._write(key, out, view[: part_bytes - filled])
+                            view = view[written:]
+                            filled += written
+                            stored += written
+                finally:
+                    out.close()
             return stored
 
     def finish_upload(self, *, key: str, upload_id: str) -> None:
@@ -361,18 +415,17 @@ class S3Storage(Storage):
         client = self._s3()
         with self._staged(key, upload_id) as directory:
             parts = self._parts(key, upload_id)
-            tail = self._tail(directory, parts)
-            if not parts:
-                # Smaller than one part: a plain PUT (also for an empty file, which a
-                # multipart upload cannot hold), then the multipart upload is dropped.
+            tails = [(n, path) for n, path in self._tails(directory, parts) if path.stat().st_size]
+            if not parts and len(tails) <= 1:
+                # Within one part: a plain PUT (also for an empty file, which a multipart
+                # upload cannot hold), then the multipart upload is dropped.
                 with self._errors(f"writing {key}"):
-                    with open(tail, "rb") if tail.exists() else io.BytesIO() as body:
+                    with open(tails[0][1], "rb") if tails else io.BytesIO() as body:
                         client.put_object(Bucket=self.bucket, Key=key, Body=body)
                     client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
             else:
                 done = [{"PartNumber": p["PartNumber"], "ETag": p["ETag"]} for p in parts]
-                if self._size_of(tail):
-                    done.append(self._send_part(key, upload_id, len(parts) + 1, tail))
+                done += [self._send_part(key, upload_id, n, path) for n, path in tails]
                 with self._errors(f"completing {key}"):
                     client.complete_multipart_upload(
                         Bucket=self.bucket,
