@@ -86,6 +86,7 @@ class ModelVersion(TenantModel):
         related_name="model_versions",
     )
     source_path = models.CharField(max_length=1024, blank=True, default="")
+    on_success = models.BooleanField(default=False)  # by the job's spec (register_model)
     dataset_versions = models.ManyToManyField(
         "datasets.DatasetVersion", blank=True, related_name="model_versions"
     )
@@ -102,11 +103,11 @@ class ModelVersion(TenantModel):
         ordering = ["model", "-number"]
         constraints = [
             models.UniqueConstraint(fields=["model", "number"], name="uniq_model_version"),
-            # a job's attempt registers one version, however often the task runs
+            # a job registers one version on success, however often the task runs
             models.UniqueConstraint(
                 fields=["model", "source_attempt"],
-                condition=models.Q(source_attempt__isnull=False),
-                name="uniq_model_version_attempt",
+                condition=models.Q(on_success=True),
+                name="uniq_model_version_on_success",
             ),
         ]
 

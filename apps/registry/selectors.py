@@ -2,11 +2,18 @@
 the actor and sees only its tenants (apps/core/models.py::visible_to)."""
 
 from django.db.models import Q
+from django.http import Http404
 
 from apps.core.actor import Actor
-from apps.jobs.models import JobAttempt
+from apps.jobs.models import Job, JobAttempt
 from apps.registry.models import ModelVersion, RegisteredModel
 from apps.tenancy.models import AuditEvent
+
+
+def _visible(actor: Actor, model: RegisteredModel) -> None:
+    """Scoping without a query: the row's tenant among the actor's (a 404 otherwise)."""
+    if model.tenant_id not in actor.tenant_ids:
+        raise Http404("Model not found.")
 
 
 def _attempt_reads_datasets() -> bool:
@@ -67,8 +74,10 @@ def version_ref(version: ModelVersion) -> dict:
 def version_lineage(*, actor: Actor, version: ModelVersion) -> dict:
     """From a version back: its job, the job's attempts (logs links), the metrics it carries,
     the dataset versions it came from (given at registration, and those its attempt read)."""
-    ModelVersion.objects.visible_to(actor).get(pk=version.pk)  # scoping, as everywhere
-    job = version.source_job
+    _visible(actor, version.model)
+    job = None
+    if version.source_job_id:
+        job = Job.objects.select_related("user", "project").get(pk=version.source_job_id)
     datasets = {dv.pk: dv for dv in version.dataset_versions.select_related("dataset")}
     attempts = []
     if job is not None:
@@ -137,7 +146,7 @@ def dataset_version_lineage(*, actor: Actor, dataset_version) -> dict:
 def versions_compare(*, actor: Actor, a: ModelVersion, b: ModelVersion) -> dict:
     """Metrics side by side (with b - a) and parameters (with whether they differ)."""
     for version in (a, b):
-        ModelVersion.objects.visible_to(actor).get(pk=version.pk)
+        _visible(actor, version.model)
     metrics = {}
     for name in sorted(set(a.metrics) | set(b.metrics)):
         left, right = a.metrics.get(name), b.metrics.get(name)
@@ -152,7 +161,7 @@ def versions_compare(*, actor: Actor, a: ModelVersion, b: ModelVersion) -> dict:
 
 def alias_history(*, actor: Actor, model: RegisteredModel) -> list[dict]:
     """Every move of the model's aliases, oldest first, from the audit log."""
-    RegisteredModel.objects.visible_to(actor).get(pk=model.pk)
+    _visible(actor, model)
     events = AuditEvent.objects.filter(
         tenant_id=model.tenant_id,
         action="model.alias",

@@ -597,7 +597,10 @@ def version_register_from_attempt(*, attempt) -> ModelVersion | None:
             name=options["name"],
             defaults={"tenant_id": job.tenant_id, "created_by": job.user},
         )
-        existing = ModelVersion.objects.filter(model=model, source_attempt=attempt).first()
+        RegisteredModel.objects.select_for_update().get(pk=model.pk)  # one registration at once
+        existing = ModelVersion.objects.filter(
+            model=model, source_attempt=attempt, on_success=True
+        ).first()
         if existing is not None:
             return existing
         metrics = {
@@ -615,6 +618,7 @@ def version_register_from_attempt(*, attempt) -> ModelVersion | None:
             source_job=job,
             source_attempt=attempt,
             source_path=str(source),
+            on_success=True,
             state=VersionState.PENDING,
             created_by=job.user,
             description=f"registered by job {job.name} ({job.pk}) on success",

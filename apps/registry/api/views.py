@@ -85,9 +85,7 @@ class RegisteredModelViewSet(
 
     resource = "model"
     scope_field = "project"
-    queryset = RegisteredModel.objects.select_related("project").prefetch_related(
-        "aliases__version"
-    )
+    queryset = RegisteredModel.objects.select_related("project", "created_by")
     serializer_class = RegisteredModelSerializer
     filterset_fields = ["project", "name"]
     ordering_fields = ["name", "created_at"]
@@ -122,13 +120,22 @@ class RegisteredModelViewSet(
 
     # -- versions -------------------------------------------------------------------------------
 
-    def _version(self, model: RegisteredModel, number) -> ModelVersion:
-        version = (
-            model.versions.select_related("model__project__tenant")
-            .prefetch_related("aliases", "dataset_versions")
-            .filter(number=int(number))
-            .first()
-        )
+    # the actions that render a model (its aliases): the others need only the row
+    RENDERS_MODEL = frozenset({"list", "retrieve", "create", "partial_update"})
+
+    def get_queryset(self):
+        queryset = super().get_queryset()
+        if self.action in self.RENDERS_MODEL:
+            queryset = queryset.prefetch_related("aliases__version")
+        return queryset
+
+    def _version(self, model: RegisteredModel, number, *, full: bool = False) -> ModelVersion:
+        """Version `number` of the model (404 if none); `full` with what its serializer
+        renders (aliases, dataset versions, creator)."""
+        rows = model.versions.select_related("model__project__tenant")
+        if full:
+            rows = rows.select_related("created_by").prefetch_related("aliases", "dataset_versions")
+        version = rows.filter(number=int(number)).first()
         if version is None:
             raise Http404("Version not found.")
         return version
@@ -145,7 +152,7 @@ class RegisteredModelViewSet(
         in from a directory of the project's tree (`path`) by the worker."""
         model = self.get_object()
         if request.method == "GET":
-            rows = model.versions.select_related("model").prefetch_related(
+            rows = model.versions.select_related("model", "created_by").prefetch_related(
                 "aliases", "dataset_versions"
             )
             page = self.paginate_queryset(rows.order_by("-created_at"))
@@ -178,7 +185,7 @@ class RegisteredModelViewSet(
             source_attempt=attempt,
             source_path=data.get("path", ""),
         )
-        version = self._version(model, version.number)
+        version = self._version(model, version.number, full=True)
         return Response(ModelVersionSerializer(version).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=VersionUpdateSerializer, responses=ModelVersionSerializer)
@@ -190,12 +197,12 @@ class RegisteredModelViewSet(
     )
     def version(self, request, pk=None, number=None):
         model = self.get_object()
-        version = self._version(model, number)
+        version = self._version(model, number, full=True)
         if request.method == "PATCH":
             serializer = VersionUpdateSerializer(data=request.data)
             serializer.is_valid(raise_exception=True)
             services.version_update(actor=self.actor, version=version, **serializer.validated_data)
-            version = self._version(model, number)
+            version = self._version(model, number, full=True)
         return Response(ModelVersionSerializer(version).data)
 
     @extend_schema(responses=ModelFileSerializer(many=True))
@@ -270,7 +277,7 @@ class RegisteredModelViewSet(
         sealed; the version is ready (and immutable) from then on."""
         model = self.get_object()
         services.version_commit(actor=self.actor, version=self._version(model, number))
-        return Response(ModelVersionSerializer(self._version(model, number)).data)
+        return Response(ModelVersionSerializer(self._version(model, number, full=True)).data)
 
     @extend_schema(responses={(200, "application/x-tar"): OpenApiTypes.BINARY})
     @action(detail=True, methods=["get"], url_path=f"{VERSION}/archive", policy_action="download")
@@ -298,7 +305,7 @@ class RegisteredModelViewSet(
         serializer.is_valid(raise_exception=True)
         version = self._version(model, number)
         services.version_stage(actor=self.actor, version=version, **serializer.validated_data)
-        return Response(ModelVersionSerializer(self._version(model, number)).data)
+        return Response(ModelVersionSerializer(self._version(model, number, full=True)).data)
 
     @extend_schema(
         parameters=[
