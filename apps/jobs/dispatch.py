@@ -23,7 +23,9 @@ from apps.identity.directory import DirectoryUnavailable
 from apps.identity.services import IdentityError, JobIdentity, job_identity
 from apps.identity.storage import StorageError, job_tree_ensure, project_tree_ensure
 from apps.jobs import paths
+from apps.jobs.admission import tenant_gpu_limit_sync
 from apps.jobs.datasets import attempt_datasets_prepare, plan_path
+from apps.jobs.inference import attempt_model_prepare, model_path, output_dir
 from apps.jobs.models import AttemptState, Job, JobAttempt
 from apps.jobs.states import State
 
@@ -44,6 +46,7 @@ def prepare(attempt: JobAttempt, *, cluster: Cluster, backend, known: dict) -> J
     identity = known.get(key)
     if identity is None:
         identity = job_identity(job=job, backend=backend, cluster=cluster)
+        tenant_gpu_limit_sync(cluster=cluster, backend=backend, tenant=job.tenant)
         project_tree_ensure(
             project=job.project, tenant_gid=identity.tenant_gid, project_gid=identity.gid
         )
@@ -56,6 +59,7 @@ def prepare(attempt: JobAttempt, *, cluster: Cluster, backend, known: dict) -> J
         gid=identity.gid,
     )
     attempt_datasets_prepare(attempt=attempt, cluster=cluster, identity=identity)
+    attempt_model_prepare(attempt=attempt)
     return identity
 
 
@@ -91,6 +95,12 @@ def build_submission(attempt: JobAttempt, cluster: Cluster, identity: JobIdentit
         environment["TORUS_RESUME_FROM"] = attempt.resume_from
     if spec.get("register_model"):  # where the registry takes the model from on success
         environment["TORUS_MODEL_DIR"] = str(paths.job_dir(job) / spec["register_model"]["path"])
+    if spec.get("model") and attempt.model_version_id:  # batch inference: read in place
+        version = attempt.model_version
+        environment["TORUS_MODEL_PATH"] = str(model_path(version))
+        environment["TORUS_MODEL"] = f"{version.model.name}:{version.number}"
+    if spec.get("output_dataset"):
+        environment["TORUS_OUTPUT_DIR"] = str(output_dir(job))
     if "master_port" in spec["distributed"]:
         environment["TORUS_MASTER_PORT"] = str(spec["distributed"]["master_port"])
     if "argv" in command:

@@ -123,6 +123,14 @@ class JobAttempt(TenantModel):
     dataset_versions = models.ManyToManyField(
         "datasets.DatasetVersion", blank=True, related_name="attempts"
     )
+    # an inference attempt's model version, read in place (apps/jobs/inference.py)
+    model_version = models.ForeignKey(
+        "registry.ModelVersion",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="inference_attempts",
+    )
 
     class Meta:
         ordering = ["job", "number"]

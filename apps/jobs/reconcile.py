@@ -233,8 +233,7 @@ def _finish(
     )
     if outcome == AttemptState.SUCCEEDED:
         transition(job=job, to=State.SUCCEEDED, attempt=attempt, reason="exit code 0")
-        if job.spec.get("register_model"):
-            _register_model_on_commit(attempt)
+        _on_success_on_commit(attempt)
     elif outcome == AttemptState.CANCELLED or job.cancel_requested:
         who = "by request" if job.cancel_requested else "on the cluster"
         transition(job=job, to=State.CANCELLED, attempt=attempt, reason=f"cancelled {who}")
@@ -273,13 +272,22 @@ def _finish(
     return "ended"
 
 
-def _register_model_on_commit(attempt: JobAttempt) -> None:
-    """The registry copies a succeeded job's model in (apps/registry/tasks.py); sent by task
-    name, so jobs never import the registry."""
+# spec option -> the root worker's task that takes a succeeded job's output in
+ON_SUCCESS_TASKS = {
+    "register_model": "registry.register_from_attempt",  # apps/registry/tasks.py
+    "output_dataset": "jobs.inference_output",  # apps/jobs/tasks.py
+}
+
+
+def _on_success_on_commit(attempt: JobAttempt) -> None:
+    """After commit, send the tasks that take in what a succeeded job wrote (its model, its
+    predictions); sent by name, so jobs never import the registry."""
     from config.celery import app
 
     pk = str(attempt.pk)
-    transaction.on_commit(lambda: app.send_task("registry.register_from_attempt", args=[pk]))
+    for option, task in ON_SUCCESS_TASKS.items():
+        if attempt.job.spec.get(option):
+            transaction.on_commit(lambda task=task: app.send_task(task, args=[pk]))
 
 
 def _describe(outcome: str, found: BackendJob) -> str:

@@ -14,6 +14,7 @@ from apps.core.actor import Actor
 from apps.core.exceptions import Conflict
 from apps.jobs import paths
 from apps.jobs.datasets import datasets_resolve
+from apps.jobs.inference import model_resolve
 from apps.jobs.models import ATTEMPT_ENDED, AttemptState, Job, JobAttempt, JobEvent
 from apps.jobs.spec import normalise, paths_check, totals
 from apps.jobs.states import TERMINAL, State, check_transition
@@ -101,6 +102,8 @@ def job_submit_many(*, actor: Actor, items: list[tuple[Project, dict]]) -> list[
         spec["datasets"] = datasets_resolve(
             actor=actor, project=project, refs=spec.get("datasets") or []
         )
+        if spec.get("model"):  # pinned to the version the name or alias means now
+            spec["model"] = str(model_resolve(actor=actor, project=project, ref=spec["model"]).pk)
         key = repr((spec["resources"], spec["environment"]["type"]))
         if key not in placements:
             placements[key] = choose_placement(

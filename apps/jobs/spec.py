@@ -174,6 +174,29 @@ class RegisterModelSerializer(StrictSerializer):
         return value
 
 
+class OutputDatasetSerializer(StrictSerializer):
+    """An inference job's predictions: on success, <job dir>/<path> becomes a new committed
+    version of dataset `name` (made if missing; docs/jobs.md, Batch inference)."""
+
+    name = serializers.CharField(max_length=64)
+    path = serializers.CharField(max_length=1000, default="predictions")
+
+    def validate_name(self, value):
+        if not NAME_RE.match(value):
+            raise serializers.ValidationError(
+                "1-64 letters, digits, '.', '_' or '-', starting with a letter or digit."
+            )
+        return value
+
+    def validate_path(self, value):
+        from apps.datasets.paths import file_path_problem
+
+        problem = file_path_problem(value)  # relative, no '.'/'..', also once decoded
+        if problem:
+            raise serializers.ValidationError(problem)
+        return value
+
+
 class ResourcesSerializer(StrictSerializer):
     nodes = serializers.IntegerField(min_value=1, max_value=64, default=1)
     tasks_per_node = serializers.IntegerField(min_value=1, max_value=128, default=1)
@@ -291,6 +314,12 @@ class JobSpecSerializer(StrictSerializer):
     dataset_cache = serializers.BooleanField(
         default=True, help_text="Stage datasets into the node's cache (false: read in place)."
     )
+    model = serializers.CharField(
+        max_length=140,
+        required=False,
+        help_text="Inference: '<model>:<version>', '<model>@<alias>' or a version id.",
+    )
+    output_dataset = OutputDatasetSerializer(required=False)
 
     NESTED = ("environment", "resources", "distributed", "restart_policy")
 
@@ -331,6 +360,26 @@ class JobSpecSerializer(StrictSerializer):
         if len(set(names)) != len(names):
             raise serializers.ValidationError("Each dataset needs its own 'as' name.")
         return value
+
+    def validate_model(self, value):
+        from apps.jobs.inference import model_ref_problem
+
+        problem = model_ref_problem(value)
+        if problem:
+            raise serializers.ValidationError(problem)
+        return value
+
+    def validate(self, attrs):
+        inference = attrs.get("kind") == Kind.INFERENCE
+        errors = {}
+        for field in ("model", "output_dataset"):
+            if inference and field not in attrs:
+                errors[field] = ["Required for an inference job."]
+            elif not inference and field in attrs:
+                errors[field] = ["Only for an inference job (kind: inference)."]
+        if errors:
+            raise serializers.ValidationError(errors)
+        return attrs
 
     def validate_labels(self, value):
         if len(value) > 32:

@@ -83,3 +83,24 @@ def cancel_backend_jobs(job_id: str) -> None:
             backend.cancel(attempt.backend_id)
         except ClusterUnavailable as exc:  # the reconciler re-issues it on its next pass
             logger.warning("cancel of %s deferred: %s", attempt.backend_id, exc)
+
+
+@shared_task(name="jobs.inference_output", acks_late=True)
+def inference_output(attempt_id: str) -> str:
+    """Sent by the reconciler when an inference job with `output_dataset` succeeds: its
+    predictions become a new dataset version (apps/jobs/inference.py). Safe to run twice."""
+    from apps.jobs.inference import output_register
+    from apps.jobs.models import JobAttempt
+
+    attempt = (
+        JobAttempt.objects.select_related("job__project__tenant", "job__user", "job__tenant")
+        .filter(pk=attempt_id)
+        .first()
+    )
+    if attempt is None:
+        return ""
+    version = output_register(attempt=attempt)
+    if version is None:
+        return ""
+    logger.info("job %s wrote %s", attempt.job_id, version)
+    return str(version.pk)

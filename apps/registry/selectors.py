@@ -100,7 +100,34 @@ def version_lineage(*, actor: Actor, version: ModelVersion) -> dict:
         "metrics": version.metrics,
         "params": version.params,
         "dataset_versions": [_dataset_version_ref(dv) for dv in datasets.values()],
+        "inference_jobs": _inference_jobs(actor=actor, version=version),
     }
+
+
+def _inference_jobs(*, actor: Actor, version: ModelVersion) -> list[dict]:
+    """The batch inference jobs whose attempts read `version`, with the dataset versions
+    those attempts wrote (their predictions)."""
+    jobs: dict = {}
+    for attempt in (
+        JobAttempt.objects.visible_to(actor)
+        .filter(model_version=version)
+        .select_related("job__user", "job__project")
+        .prefetch_related("written_dataset_versions__dataset", "dataset_versions__dataset")
+        .order_by("job__created_at", "number")
+    ):
+        entry = jobs.setdefault(
+            attempt.job_id, {**_job_ref(attempt.job), "attempts": [], "output_dataset_versions": []}
+        )
+        entry["attempts"].append(
+            {
+                **_attempt_ref(attempt),
+                "dataset_versions": [str(dv.pk) for dv in attempt.dataset_versions.all()],
+            }
+        )
+        entry["output_dataset_versions"] += [
+            _dataset_version_ref(dv) for dv in attempt.written_dataset_versions.all()
+        ]
+    return list(jobs.values())
 
 
 def dataset_version_lineage(*, actor: Actor, dataset_version) -> dict:
@@ -110,7 +137,8 @@ def dataset_version_lineage(*, actor: Actor, dataset_version) -> dict:
 
     dv = (
         DatasetVersion.objects.visible_to(actor)
-        .select_related("dataset", "source_attempt__job")
+        .select_related("dataset", "source_attempt__job__user", "source_attempt__job__project")
+        .select_related("source_attempt__model_version__model")
         .get(pk=dataset_version.pk)
     )
     jobs: dict = {}
@@ -133,8 +161,19 @@ def dataset_version_lineage(*, actor: Actor, dataset_version) -> dict:
         .order_by("model__name", "number")
     )
     written_by = None
-    if dv.source_attempt_id:
-        written_by = {**_job_ref(dv.source_attempt.job), "attempt": str(dv.source_attempt_id)}
+    if dv.source_attempt_id:  # a job's output (batch inference): its model and inputs
+        source = dv.source_attempt
+        model = source.model_version
+        written_by = {
+            **_job_ref(source.job),
+            "attempt": str(dv.source_attempt_id),
+            "attempt_number": source.number,
+            "model_version": version_ref(model) if model is not None else None,
+            "dataset_versions": [
+                _dataset_version_ref(read)
+                for read in source.dataset_versions.select_related("dataset").order_by("pk")
+            ],
+        }
     return {
         "dataset_version": _dataset_version_ref(dv),
         "written_by": written_by,
