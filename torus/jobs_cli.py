@@ -45,6 +45,7 @@ def _progress(job: dict) -> None:
 
 def cmd_submit(client: Client, args) -> int:
     spec = load_spec(args.file)
+    _inference_options(spec, args)
     if args.project:
         spec["project"] = args.project
     if "project" not in spec:
@@ -61,6 +62,24 @@ def cmd_submit(client: Client, args) -> int:
     job = client.wait(job["id"], on_change=None if args.json else _progress, poll=args.poll)
     emit(args, job, ["id", "name", "state", "state_reason", "exit_code"])
     return 0 if job["state"] == "SUCCEEDED" else 1
+
+
+def _inference_options(spec: dict, args) -> None:
+    """--model, --dataset AS=REF and --output-dataset NAME[:PATH] over the spec's fields;
+    --model or --output-dataset make it an inference job (the server checks the rest)."""
+    if args.model:
+        spec["model"] = args.model
+    for item in args.dataset or []:
+        name, sep, ref = item.partition("=")
+        if not sep or not name or not ref:
+            raise TorusError(f"--dataset {item!r}: give AS=<dataset>:<version>, e.g. INPUT=data:1")
+        datasets = [d for d in spec.get("datasets") or [] if d.get("as") != name]
+        spec["datasets"] = [*datasets, {"version": ref, "as": name}]
+    if args.output_dataset:
+        name, sep, path = args.output_dataset.partition(":")
+        spec["output_dataset"] = {"name": name, **({"path": path} if sep else {})}
+    if args.model or args.output_dataset:
+        spec.setdefault("kind", "inference")
 
 
 def cmd_jobs(client: Client, args) -> int:
@@ -215,6 +234,20 @@ def add_parsers(sub) -> None:
     p.add_argument("file")
     p.add_argument("--project", help="project id or slug (overrides the spec)")
     p.add_argument("--name", help="job name (overrides the spec)")
+    p.add_argument(
+        "--model", help="batch inference: model version (name:N, name@alias or id) to read"
+    )
+    p.add_argument(
+        "--dataset",
+        action="append",
+        metavar="AS=REF",
+        help="a dataset version to read at $TORUS_DATASET_<AS> (repeatable), e.g. INPUT=data:1",
+    )
+    p.add_argument(
+        "--output-dataset",
+        metavar="NAME[:PATH]",
+        help="batch inference: <job dir>/PATH (default predictions) becomes a version of NAME",
+    )
     p.add_argument(
         "--wait", action="store_true", help="wait for the end; exit 1 unless it succeeded"
     )

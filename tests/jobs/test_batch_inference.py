@@ -17,6 +17,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import yaml
 from django.urls import reverse
 
 from apps.datasets.models import Dataset, DatasetVersion
@@ -30,11 +31,13 @@ from apps.registry.models import ModelVersion
 from apps.tenancy.models import AuditEvent, Role
 from tests.datasets.conftest import commit, create_dataset, open_version, upload
 from tests.jobs.conftest import drive, output, submit
+from tests.jobs.test_datasets_jobs import make_version
 from tests.jobs.test_self_healing import EXAMPLES, TORCH_VENV
 from tests.logs.conftest import es, shipper_loop  # noqa: F401  (fixtures)
 from tests.registry.conftest import globex_area, models_area  # noqa: F401  (fixtures)
 from tests.registry.test_api import create_model, models_url, upload_version
 from tests.registry.test_register_on_success import wait_for_version
+from tests.sdk.test_client_and_cli import run_cli
 
 ROWS = 300
 IN_DIM = 16
@@ -332,3 +335,23 @@ def test_the_fields_belong_to_inference_jobs_and_aliases_are_pinned(acme, models
         spec = response.json()["spec"]
         assert spec["model"] == str(models["ours"].pk)
         assert spec["output_dataset"] == {"name": "out", "path": "predictions"}
+
+
+def test_the_cli_submits_an_inference_job_from_flags(live_server, acme, models, tmp_path):
+    make_version(acme, "infer-inputs", {"inputs.csv": b"id\n"})
+    env = {"TORUS_URL": live_server.url, "TORUS_TOKEN": acme.tokens[Role.MEMBER]}
+    spec = tmp_path / "job.yaml"
+    spec.write_text(yaml.safe_dump({"name": "cli-infer", "command": ["true"]}))
+    flags = ["--model", "ddp-mlp@production", "--dataset", "INPUT=infer-inputs:1"]
+    flags += ["--output-dataset", "scores:out/run", "--project", acme.project.slug]
+    result = run_cli("--json", "submit", str(spec), *flags, env=env)
+    assert result.returncode == 0, result.stderr
+    job = Job.objects.get(pk=json.loads(result.stdout)["id"])
+    assert job.kind == "inference" and job.spec["model"] == str(models["ours"].pk)
+    assert job.spec["output_dataset"] == {"name": "scores", "path": "out/run"}
+    assert [d["ref"] for d in job.spec["datasets"]] == ["infer-inputs:1"]
+
+    bad = run_cli("submit", str(spec), "--model", "ddp-mlp:9", *flags[2:], env=env)
+    assert bad.returncode != 0 and "No such model version" in bad.stderr, bad.stderr
+    bad = run_cli("submit", str(spec), "--dataset", "INPUT", "--project", "x", env=env)
+    assert bad.returncode != 0 and "AS=<dataset>:<version>" in bad.stderr
