@@ -96,13 +96,29 @@ class Client:
         )
 
     @contextlib.contextmanager
-    def stream(self, method: str, path: str, *, params=None, content=None, headers=None):
+    def stream(
+        self,
+        method: str,
+        path: str,
+        *,
+        params=None,
+        content=None,
+        headers=None,
+        follow_redirects: bool = False,
+    ):
         """A streamed call (large uploads and downloads): yields the open response once its
         status is known to be a success; an API error is raised as TorusError. `content` may
-        be an iterator of bytes: give its Content-Length in `headers`."""
+        be an iterator of bytes: give its Content-Length in `headers`. `follow_redirects`:
+        e.g. to a presigned URL of the object store (the token is not sent there: httpx drops
+        Authorization on a redirect to another origin)."""
         try:
             with self._http.stream(
-                method, path, params=params, content=content, headers=headers
+                method,
+                path,
+                params=params,
+                content=content,
+                headers=headers,
+                follow_redirects=follow_redirects,
             ) as response:
                 if response.is_error:
                     response.read()

@@ -180,9 +180,11 @@ def upload_directory(
     notes: str = "",
     commit: bool = True,
     show_progress: bool | None = None,
+    storage: str | None = None,
 ) -> dict:
     """Upload a directory as a new version of dataset `name` (made if missing) and commit it.
-    Re-running after an interruption continues the same open version where it stopped."""
+    Re-running after an interruption continues the same open version where it stopped.
+    `storage`: "posix" or "s3" for a new version (default: the platform's)."""
     files = _local_files(Path(directory))
     dataset = find_dataset(client, name, project=project)
     if dataset is None:
@@ -199,7 +201,9 @@ def upload_directory(
         version = versions[-1]  # an interrupted upload: continue it
     else:
         version = client.request(
-            "POST", f"/api/v1/datasets/{dataset['id']}/versions/", json={"notes": notes}
+            "POST",
+            f"/api/v1/datasets/{dataset['id']}/versions/",
+            json={"notes": notes} | ({"storage_kind": storage} if storage else {}),
         )
     base = _base(dataset, version["number"])
     total = sum(size for _, _, size in files)
@@ -245,9 +249,13 @@ def download(
     out = Path(out)
     if file is not None:
         target = out / Path(file).name if out.is_dir() else out
-        with client.stream("GET", f"{base}/download/", params={"path": file}) as response:
+        with client.stream(
+            "GET", f"{base}/download/", params={"path": file}, follow_redirects=True
+        ) as response:
             size = int(response.headers.get("Content-Length", 0)) or None
-            expected = response.headers.get("ETag", "").strip('"')
+            # the API's answer carries the sha256 (an S3 file: its redirect, not the store)
+            first = response.history[0] if response.history else response
+            expected = first.headers.get("ETag", "").strip('"')
             progress = Progress(file, size, enabled=show_progress)
             digest = hashlib.sha256()
             partial = target.with_name(target.name + ".part")
@@ -331,6 +339,7 @@ def cmd_upload(client: Client, args) -> None:
         notes=args.notes or "",
         commit=not args.no_commit,
         show_progress=False if args.json else None,
+        storage=args.storage,
     )
     if args.json:
         emit(args, version)
@@ -423,6 +432,11 @@ def add_parsers(sub) -> None:
     upload.add_argument("--description")
     upload.add_argument("--notes", help="notes of the new version")
     upload.add_argument("--no-commit", action="store_true", help="leave the version open")
+    upload.add_argument(
+        "--storage",
+        choices=["posix", "s3"],
+        help="where a new version is stored (default: the platform's)",
+    )
     upload.set_defaults(func=cmd_upload)
 
     ls = common(datasets.add_parser("ls", help="list datasets"))

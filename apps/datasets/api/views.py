@@ -321,7 +321,9 @@ class DatasetVersionViewSet(CodedConflictMixin, mixins.ListModelMixin, TenantSco
         storage = storage_for(version.storage_kind)
         url = storage.download_url(key=version.file_key(path), expires_s=300)
         if url:
-            return HttpResponseRedirect(url)
+            redirect = HttpResponseRedirect(url)
+            redirect["ETag"] = f'"{file.sha256}"'  # the manifest's (the store's ETag is not)
+            return redirect
         start, end, partial = 0, file.size - 1, False
         header = request.headers.get("Range")
         if header and file.size:
