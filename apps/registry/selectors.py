@@ -78,20 +78,29 @@ def version_lineage(*, actor: Actor, version: ModelVersion) -> dict:
     job = None
     if version.source_job_id:
         job = Job.objects.select_related("user", "project").get(pk=version.source_job_id)
-    datasets = {dv.pk: dv for dv in version.dataset_versions.select_related("dataset")}
+    from apps.datasets.models import DatasetVersion
+
     attempts = []
+    read_by: dict = {}  # attempt id -> ids of the dataset versions it read
     if job is not None:
-        job_attempts = JobAttempt.objects.filter(job=job).order_by("number")
+        job_attempts = list(JobAttempt.objects.filter(job=job).order_by("number"))
         if _attempt_reads_datasets():
-            job_attempts = job_attempts.prefetch_related("dataset_versions__dataset")
+            through = JobAttempt.dataset_versions.through
+            for attempt_id, dv_id in through.objects.filter(
+                jobattempt_id__in=[a.pk for a in job_attempts]
+            ).values_list("jobattempt_id", "datasetversion_id"):
+                read_by.setdefault(attempt_id, []).append(dv_id)
         for attempt in job_attempts:
             ref = {**_attempt_ref(attempt), "source": attempt.pk == version.source_attempt_id}
             if _attempt_reads_datasets():
-                read = list(attempt.dataset_versions.all())
-                ref["dataset_versions"] = [str(dv.pk) for dv in read]
-                if ref["source"]:
-                    datasets.update({dv.pk: dv for dv in read})
+                ref["dataset_versions"] = [str(pk) for pk in read_by.get(attempt.pk, [])]
             attempts.append(ref)
+    # given at registration, and those the source attempt read: one query for both
+    wanted = Q(model_versions=version) | Q(pk__in=read_by.get(version.source_attempt_id, []))
+    datasets = {
+        dv.pk: dv
+        for dv in DatasetVersion.objects.filter(wanted).select_related("dataset").distinct()
+    }
     return {
         "version": version_ref(version),
         "job": _job_ref(job) if job is not None else None,

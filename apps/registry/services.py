@@ -403,7 +403,7 @@ def _finish(version: ModelVersion, *, actor: Actor | None, user=None) -> ModelVe
     deliveries_enqueue(
         tenant_id=version.tenant_id,
         event=WebhookEvent.VERSION_CREATED,
-        payload=version_event(version),
+        payload=lambda: version_event(version),
     )
     return version
 
@@ -660,11 +660,19 @@ def alias_set(
             {"version": [f"Version {version.number} is {version.state}, not ready."]}
         )
     with transaction.atomic():
-        RegisteredModel.objects.select_for_update().get(pk=model.pk)  # one move at a time
-        alias = ModelAlias.objects.filter(model=model, name=name).select_related("version").first()
+        alias = (
+            ModelAlias.objects.select_for_update(of=("self",))  # one move at a time
+            .select_related("version")
+            .filter(model=model, name=name)
+            .first()
+        )
         before = alias.version.number if alias else None
         if alias is None:
-            alias = ModelAlias.objects.create(model=model, name=name, version=version)
+            try:
+                with transaction.atomic():
+                    alias = ModelAlias.objects.create(model=model, name=name, version=version)
+            except IntegrityError:  # made by a concurrent move just now: ours comes after it
+                return alias_set(actor=actor, model=model, name=name, version=version, user=user)
         elif alias.version_id != version.pk:
             alias.version = version
             alias.save(update_fields=["version", "updated_at"])
@@ -700,7 +708,7 @@ def _alias_moved(*, actor, user, model, name: str, before, after) -> None:
     deliveries_enqueue(
         tenant_id=model.tenant_id,
         event=WebhookEvent.ALIAS_CHANGED,
-        payload={
+        payload=lambda: {
             **_model_ref(model),
             "alias": name,
             "from_version": before,
@@ -876,9 +884,10 @@ def version_event(version: ModelVersion) -> dict:
     }
 
 
-def deliveries_enqueue(*, tenant_id, event: str, payload: dict) -> list[WebhookDelivery]:
+def deliveries_enqueue(*, tenant_id, event: str, payload) -> list[WebhookDelivery]:
     """One delivery per active webhook of the tenant that wants `event`, in the caller's
-    transaction; each is tried by the worker after commit."""
+    transaction; each is tried by the worker after commit. `payload`: a dict, or a function
+    making it (called only when a webhook wants the event)."""
     hooks = [
         hook
         for hook in Webhook.objects.filter(tenant_id=tenant_id, active=True)
@@ -887,6 +896,7 @@ def deliveries_enqueue(*, tenant_id, event: str, payload: dict) -> list[WebhookD
     if not hooks:
         return []
     now = timezone.now()
+    payload = payload() if callable(payload) else payload
     deliveries = WebhookDelivery.objects.bulk_create(
         [
             WebhookDelivery(

@@ -152,11 +152,14 @@ class RegisteredModelViewSet(
         in from a directory of the project's tree (`path`) by the worker."""
         model = self.get_object()
         if request.method == "GET":
-            rows = model.versions.select_related("model", "created_by").prefetch_related(
-                "aliases", "dataset_versions"
-            )
+            rows = model.versions.select_related("created_by")
             page = self.paginate_queryset(rows.order_by("-created_at"))
-            return self.get_paginated_response(ModelVersionSerializer(page, many=True).data)
+            for row in page:
+                row.model = model
+            context = ModelVersionSerializer.page_context(page)
+            return self.get_paginated_response(
+                ModelVersionSerializer(page, many=True, context=context).data
+            )
         serializer = VersionCreateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = dict(serializer.validated_data)
