@@ -153,6 +153,9 @@ def test_an_inference_job_turns_a_registered_model_and_a_dataset_into_prediction
     assert "batch_infer: progress file=inputs.csv rows=64" in log
     attempt = job.attempts.get()
     assert attempt.model_version == model_version
+    shown = member.get(reverse("job-detail", args=[job.pk])).json()["attempts"][0]
+    assert shown["model_version"]["ref"] == "ddp-mlp:1"
+    assert [d["ref"] for d in shown["dataset_versions"]] == ["infer-inputs:1"]
     assert list(attempt.dataset_versions.all()) == [inputs]
 
     # the new version: committed, written by the attempt, made by the submitter

@@ -39,8 +39,17 @@ class AttemptDatasetVersionSerializer(serializers.Serializer):
     number = serializers.IntegerField(read_only=True)
 
 
+class AttemptModelVersionSerializer(serializers.Serializer):
+    id = serializers.UUIDField(read_only=True)
+    model = serializers.UUIDField(source="model_id", read_only=True)
+    ref = serializers.CharField(source="__str__", read_only=True)
+    number = serializers.IntegerField(read_only=True)
+
+
 class JobAttemptSerializer(serializers.ModelSerializer):
     dataset_versions = AttemptDatasetVersionSerializer(many=True, read_only=True)
+    # an inference attempt's model version (apps/jobs/inference.py); null for others
+    model_version = AttemptModelVersionSerializer(read_only=True, allow_null=True)
     dataset_cache = DatasetStageSerializer(source="dataset_stages", many=True, read_only=True)
 
     class Meta:
@@ -67,6 +76,7 @@ class JobAttemptSerializer(serializers.ModelSerializer):
             "cpu_seconds",
             "dataset_versions",
             "dataset_cache",
+            "model_version",
         ]
         read_only_fields = fields
 

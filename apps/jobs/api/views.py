@@ -44,6 +44,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedV
             queryset = queryset.prefetch_related(
                 "attempts__dataset_versions__dataset",
                 "attempts__dataset_stages",
+                "attempts__model_version__model",
                 "events__attempt",
             )
         return queryset
