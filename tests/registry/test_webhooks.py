@@ -260,3 +260,16 @@ def test_every_try_checks_the_address_again(acme, models_area, celery_worker, re
     assert delivery.state == "failed" and delivery.attempts == 1
     assert "not public" in delivery.error and delivery.response_code is None
     assert site.requests == []
+
+
+def test_another_tenants_webhooks_are_not_found(acme, globex, settings):
+    settings.TORUS_WEBHOOK_ALLOW_PRIVATE = True
+    hook = add_hook(acme, "http://127.0.0.1:9/hook")
+    stranger = globex.client(Role.OWNER)
+    url = f"/api/v1/webhooks/{hook['id']}/"
+    assert stranger.get(url).status_code == 404
+    assert stranger.get(f"{url}deliveries/").status_code == 404
+    assert stranger.patch(url, {"active": False}, format="json").status_code == 404
+    assert stranger.delete(url).status_code == 404
+    assert stranger.get("/api/v1/webhooks/").json()["results"] == []
+    assert Webhook.objects.get().active
