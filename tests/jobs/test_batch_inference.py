@@ -12,6 +12,7 @@ import os
 import random
 import shutil
 import subprocess
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -252,6 +253,46 @@ def test_a_job_that_writes_no_predictions_or_a_symlink_leaves_no_version(
         event = AuditEvent.objects.get(action="job.output.failed", target_id=str(job.pk))
         assert reason in event.changes["error"], event.changes
     assert not Dataset.objects.filter(name="predictions").exists()
+
+
+def test_two_runs_of_the_task_at_once_make_one_version(
+    acme,
+    slurm_cluster,
+    models_area,  # noqa: F811
+):
+    project_storage_ensure(str(acme.project.pk))
+    member = acme.client(Role.MEMBER)
+    model = create_model(member, acme.project, name="ddp-mlp")
+    upload_version(member, model["id"], {"model.pt": b"w"})
+    script = 'mkdir -p "$TORUS_OUTPUT_DIR/part" && seq 1 100 > "$TORUS_OUTPUT_DIR/part/p.csv"'
+    spec = {
+        "name": "infer",
+        "kind": "inference",
+        "model": "ddp-mlp:1",
+        "output_dataset": {"name": "predictions"},
+        "command": ["bash", "-c", script],
+    }
+    job = drive(submit(member, acme.project, **spec)["id"])
+    assert job.state == "SUCCEEDED", (job.state_reason, output(job))
+    attempt_id = str(job.attempts.get().pk)
+    barrier, results = threading.Barrier(2), []
+
+    def run():
+        from django.db import connection
+
+        barrier.wait()
+        results.append(inference_output.apply(args=[attempt_id]).get())
+        connection.close()
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    [version] = DatasetVersion.objects.filter(source_attempt_id=attempt_id)
+    assert results == [str(version.pk)] * 2
+    assert version.state == "committed" and version.number == 1
+    assert [(f.path, f.size) for f in version.files.all()] == [("part/p.csv", 292)]
 
 
 @pytest.fixture
