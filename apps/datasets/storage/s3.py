@@ -1,15 +1,16 @@
 """Datasets and model files in an S3-compatible object store (one bucket per platform).
 
 A key is the object's name in settings.TORUS_S3_BUCKET. The platform alone holds the access
-keys (platform/services/components/s3 writes them to services.env): tenants and jobs never
-talk to the store; clients fetch files through presigned GET URLs (`download_url`).
+keys (platform/services/components/s3 writes them to services.env); clients and jobs (the
+dataset stager) only get presigned GET URLs for single objects (`download_url`).
 
 Uploads are S3 multipart uploads; the multipart upload id is the storage upload id. Parts
 must be at least 5 MiB except the last, while a client appends in whatever chunks it sends,
 so appended bytes go first to a tail file on local disk (settings.TORUS_S3_STAGING_DIR,
-`<sha256 of bucket, key, upload id>/tail-<n>`); each time it holds TORUS_S3_PART_BYTES it is
-sent as part n and removed. The stored size is the parts S3 lists plus that tail: the resume
-state lives in S3 (upload id, part list) and in the tail file, never in memory. A tail whose
+`<sha256 of bucket, key, upload id>/tail-<n>`); once it holds TORUS_S3_PART_BYTES it is sent
+as part n in a thread while tail-<n+1> fills (one part in flight), and removed once S3 has
+it. The stored size is the parts S3 lists plus the staged tails of the parts it lacks: the
+resume state lives in S3 (upload id, part list) and on disk, never in memory. A tail whose
 part S3 already lists (a crash between the two steps) is stale and dropped. Resuming must
 reach a process that sees the same staging directory (one web machine, or a shared dir).
 
