@@ -342,3 +342,32 @@ def test_the_worker_makes_the_models_area_on_first_need(acme, celery_worker):
     info = area.stat()
     assert pwd.getpwuid(info.st_uid).pw_name == settings.TORUS_SERVICE_USER
     assert oct(info.st_mode & 0o7777) == "0o2750"
+
+
+def test_a_page_of_versions_costs_the_same_queries_however_many(acme, models_area):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    client = acme.client(Role.MEMBER)
+    model = create_model(client, acme.project)
+
+    def listing_queries() -> int:
+        with CaptureQueriesContext(connection) as queries:
+            response = client.get(models_url(model["id"], "versions"))
+        assert response.status_code == 200
+        return len(queries)
+
+    upload_version(client, model["id"], {"w": b"1"}, metrics={"acc": 1.0}, card="# big card")
+    client.put(models_url(model["id"], "aliases", "production"), {"version": 1}, format="json")
+    few = listing_queries()
+    for i in range(4):
+        upload_version(client, model["id"], {"w": bytes([i])}, dataset_versions=[])
+    assert listing_queries() == few
+
+    rows = client.get(models_url(model["id"], "versions")).json()["results"]
+    assert [r["number"] for r in rows] == [5, 4, 3, 2, 1] and rows[-1]["aliases"] == ["production"]
+    assert "card" not in rows[0] and "metrics" not in rows[0]  # the detail has them
+    full = client.get(models_url(model["id"], "versions") + "?full=1").json()["results"]
+    assert full[-1]["metrics"] == {"acc": 1.0} and full[-1]["card"] == "# big card"
+    detail = client.get(models_url(model["id"], "versions", 1)).json()
+    assert detail["card"] == "# big card" and detail["aliases"] == ["production"]

@@ -124,9 +124,17 @@ class ModelVersionSerializer(serializers.ModelSerializer):
             datasets.setdefault(version_id, []).append(str(dv_id))
         return {"aliases": aliases, "dataset_versions": datasets}
 
+    HEAVY = ("card", "metrics", "params")  # left out of a listing unless asked for
+
     def to_representation(self, obj) -> dict:
         """The fields above, built directly: DRF's field-by-field rendering costs more than
-        the query behind a page of 50 versions."""
+        the query behind a page of 50 versions. A listing leaves out HEAVY."""
+        row = self._row(obj)
+        if self.context.get("full") is not False:  # (deferred in a listing: not read)
+            row.update(card=obj.card, metrics=obj.metrics, params=obj.params)
+        return row
+
+    def _row(self, obj) -> dict:
         return {
             "id": str(obj.pk),
             "model": str(obj.model_id),
@@ -137,9 +145,6 @@ class ModelVersionSerializer(serializers.ModelSerializer):
             "storage": obj.storage,
             "framework": obj.framework,
             "description": obj.description,
-            "card": obj.card,
-            "metrics": obj.metrics,
-            "params": obj.params,
             "tags": obj.tags,
             "aliases": self.get_aliases(obj),
             "source_job": str(obj.source_job_id) if obj.source_job_id else None,

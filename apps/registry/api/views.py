@@ -85,7 +85,7 @@ class RegisteredModelViewSet(
 
     resource = "model"
     scope_field = "project"
-    queryset = RegisteredModel.objects.select_related("project", "created_by")
+    queryset = RegisteredModel.objects.select_related("project__tenant", "created_by")
     serializer_class = RegisteredModelSerializer
     filterset_fields = ["project", "name"]
     ordering_fields = ["name", "created_at"]
@@ -132,12 +132,13 @@ class RegisteredModelViewSet(
     def _version(self, model: RegisteredModel, number, *, full: bool = False) -> ModelVersion:
         """Version `number` of the model (404 if none); `full` with what its serializer
         renders (aliases, dataset versions, creator)."""
-        rows = model.versions.select_related("model__project__tenant")
+        rows = model.versions.all()
         if full:
             rows = rows.select_related("created_by").prefetch_related("aliases", "dataset_versions")
         version = rows.filter(number=int(number)).first()
         if version is None:
             raise Http404("Version not found.")
+        version.model = model  # loaded with its project and tenant
         return version
 
     @extend_schema(request=VersionCreateSerializer, responses=ModelVersionSerializer(many=True))
@@ -148,15 +149,19 @@ class RegisteredModelViewSet(
         policy_action={"get": "read", "head": "read", "post": "create-version"},
     )
     def versions(self, request, pk=None):
-        """GET: the versions, newest first. POST: a new version, open for uploads, or copied
-        in from a directory of the project's tree (`path`) by the worker."""
+        """GET: the versions, newest first, without card, metrics and params unless `?full=1`.
+        POST: a new version, open for uploads, or copied in from a directory of the project's
+        tree (`path`) by the worker."""
         model = self.get_object()
         if request.method == "GET":
+            full = request.query_params.get("full") in ("1", "true")
             rows = model.versions.select_related("created_by")
+            if not full:  # cards may be 256 KiB each: a page lists, the detail tells all
+                rows = rows.defer(*ModelVersionSerializer.HEAVY)
             page = self.paginate_queryset(rows.order_by("-created_at"))
             for row in page:
                 row.model = model
-            context = ModelVersionSerializer.page_context(page)
+            context = {**ModelVersionSerializer.page_context(page), "full": full}
             return self.get_paginated_response(
                 ModelVersionSerializer(page, many=True, context=context).data
             )
