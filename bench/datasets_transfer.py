@@ -7,7 +7,8 @@ HTTP of the same bytes, with the web process's peak memory during a multi-GB upl
   also the SDK's `upload_directory` (256 MiB PUTs, then commit) and the version as a tar.
 - Plain HTTP peer: the same uvicorn serving a bare ASGI app (bench/_plain_asgi.py: the body
   written to a file as it arrives, the file streamed back; no framework, no auth, no hash),
-  driven by the same httpx client code.
+  driven by the same httpx client code; and the same app computing the body's sha256 on the
+  way (what Torus must do for the manifest), to tell the platform's overhead from hashing.
 - cp peer: `cp` of the same file on the same filesystem.
 
 Every figure is the median of --runs, measured with the source file in the page cache; the
@@ -125,17 +126,22 @@ def run(args, logdir: Path) -> dict:
     plain_port = common.free_port()
     plain_argv += ["--host", "127.0.0.1", "--port", str(plain_port), "--no-access-log"]
     plain = common.Proc("plain", plain_argv, logdir, env=env)
+    hashing_port = common.free_port()
+    hashing_argv = [*plain_argv[:4], "--host", "127.0.0.1", "--port", str(hashing_port)]
+    hashing = common.Proc("plain-sha256", hashing_argv, logdir, env={**env, "PLAIN_SHA256": "1"})
     time.sleep(2)
 
     headers = {"Authorization": f"Bearer {bench['token']}"}
     api = httpx.Client(base_url=f"http://127.0.0.1:{port}/api/v1", headers=headers, timeout=600)
     peer = httpx.Client(base_url=f"http://127.0.0.1:{plain_port}", timeout=600)
+    peer_hashing = httpx.Client(base_url=f"http://127.0.0.1:{hashing_port}", timeout=600)
     name = f"transfer-{int(time.time())}"
     dataset = api.post("/datasets/", json={"project": str(project.pk), "name": name}).json()
     version = api.post(f"/datasets/{dataset['id']}/versions/", json={}).json()
     base = f"/datasets/{dataset['id']}/versions/{version['number']}"
 
     cp_s, plain_up, plain_down, torus_up, torus_down, peaks = [], [], [], [], [], []
+    hashing_up = []
     baseline_rss = _rss_kib(web.popen.pid, "VmRSS")
     for number in range(args.runs):  # interleaved, so every path sees the same machine
         target = work / f"cp-{number}.bin"
@@ -146,6 +152,8 @@ def run(args, logdir: Path) -> dict:
 
         plain_up.append(_put(peer, f"/run-{number}.bin", source))
         plain_down.append(_get(peer, f"/run-{number}.bin", work / "got.bin"))
+        (work / "plain" / f"run-{number}.bin").unlink()
+        hashing_up.append(_put(peer_hashing, f"/run-{number}.bin", source))
         (work / "plain" / f"run-{number}.bin").unlink()
 
         _reset_peak(web.popen.pid)
@@ -160,7 +168,8 @@ def run(args, logdir: Path) -> dict:
         common.log(
             NAME,
             f"run {number}: cp {cp_s[-1]:.2f}s, plain up {plain_up[-1]:.2f}s down "
-            f"{plain_down[-1]:.2f}s, torus up {torus_up[-1]:.2f}s down {torus_down[-1]:.2f}s, "
+            f"{plain_down[-1]:.2f}s, plain+sha256 up {hashing_up[-1]:.2f}s, "
+            f"torus up {torus_up[-1]:.2f}s down {torus_down[-1]:.2f}s, "
             f"web peak RSS {peaks[-1] / 1024:.0f} MiB",
         )
     committed = api.post(f"{base}/commit/").json()
@@ -203,16 +212,20 @@ def run(args, logdir: Path) -> dict:
         "cp_mib_s": rate(_median(cp_s)),
         "plain_http_upload_mib_s": rate(_median(plain_up)),
         "plain_http_download_mib_s": rate(_median(plain_down)),
+        "plain_http_sha256_upload_mib_s": rate(_median(hashing_up)),
         "plain_http": "bare ASGI app (bench/_plain_asgi.py) on the same uvicorn, same client",
     }
     ratios = {
         "upload_vs_plain_http": round(_median(plain_up) / _median(torus_up), 2),
         "download_vs_plain_http": round(_median(plain_down) / _median(torus_down), 2),
+        "upload_vs_plain_http_sha256": round(_median(hashing_up) / _median(torus_up), 2),
         "upload_vs_cp": round(_median(cp_s) / _median(torus_up), 2),
         "download_vs_cp": round(_median(cp_s) / _median(torus_down), 2),
     }
     api.close()
     peer.close()
+    peer_hashing.close()
+    hashing.stop()
     plain.stop()
     web.stop()
     shutil.rmtree(work, ignore_errors=True)

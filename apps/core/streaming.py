@@ -17,10 +17,11 @@ import asyncio
 import contextlib
 import io
 import re
+import threading
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
 
-from asgiref.sync import async_to_sync, sync_to_async
+from asgiref.sync import sync_to_async
 from django.core import signals
 from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.urls import set_script_prefix
@@ -43,25 +44,35 @@ class BodyInterrupted(Exception):
 
 
 class ReceiveBody(io.RawIOBase):
-    """A request body read from the ASGI channel as the view asks for it. A task on the event
-    loop reads ahead (at most `ahead` messages) while the view, in its thread, writes what it
-    has, so receiving and writing overlap. A read returns at most `size` bytes (fewer only at
-    the end); each byte is copied once, when the received pieces are joined."""
+    """A request body read from the ASGI channel as the view asks for it.
 
-    def __init__(self, receive, *, ahead: int = 32):
+    A task on the event loop reads ahead, up to `ahead` bytes, into a buffer the view's thread
+    takes from under a lock: receiving and writing overlap, and the two threads wake each other
+    only when one has to wait (not once per piece: on a busy machine every wake-up costs a
+    scheduling delay). A read returns `size` bytes (fewer only at the end); `read_parts` returns
+    them as the pieces they came in, without copying."""
+
+    def __init__(self, receive, *, ahead: int = 16 * 1024 * 1024):
         super().__init__()
         self._receive = receive
-        self._queue: asyncio.Queue = asyncio.Queue(maxsize=ahead)
+        self._ahead = ahead
+        self._cond = threading.Condition()
         self._parts: deque[bytes] = deque()
         self._have = 0
         self._done = False
+        self._interrupted = False
+        self._want = 0  # bytes a waiting reader needs before it is woken
+        self._room = asyncio.Event()
+        self._room.set()
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._pump_task: asyncio.Task | None = None
 
     def readable(self) -> bool:
         return True
 
     def start(self) -> None:
-        self._pump_task = asyncio.get_running_loop().create_task(self._pump())
+        self._loop = asyncio.get_running_loop()
+        self._pump_task = self._loop.create_task(self._pump())
 
     async def stop(self) -> None:
         if self._pump_task is not None:
@@ -70,28 +81,50 @@ class ReceiveBody(io.RawIOBase):
                 await self._pump_task
 
     async def _pump(self) -> None:
-        while True:
-            message = await self._receive()
-            if message["type"] == "http.disconnect":
-                await self._queue.put(None)
-                return
-            more = message.get("more_body", False)
-            await self._queue.put((message.get("body", b""), more))
-            if not more:
-                return
+        try:
+            while not self._done:
+                await self._room.wait()
+                message = await self._receive()
+                with self._cond:
+                    if message["type"] == "http.disconnect":
+                        self._done = self._interrupted = True
+                    else:
+                        if body := message.get("body", b""):
+                            self._parts.append(body)
+                            self._have += len(body)
+                        self._done = not message.get("more_body", False)
+                        if self._have >= self._ahead:
+                            self._room.clear()
+                    if self._want and (self._have >= self._want or self._done):
+                        self._cond.notify()
+        finally:
+            with self._cond:  # cancelled or failed: a waiting reader must not hang
+                if not self._done:
+                    self._done = self._interrupted = True
+                self._cond.notify()
 
-    async def _pull(self, size: int) -> None:
-        while self._have < size and not self._done:
-            item = await self._queue.get()
-            if item is None:
-                self._done = True
+    def read_parts(self, size: int) -> list[bytes]:
+        """Up to `size` bytes as the pieces they arrived in (no copy); [] at the end."""
+        out, taken = [], 0
+        with self._cond:
+            while self._have < min(size, self._ahead) and not self._done:
+                self._want = min(size, self._ahead)
+                self._cond.wait()
+            self._want = 0
+            while self._parts and taken < size:
+                part = self._parts.popleft()
+                if taken + len(part) > size:
+                    cut = size - taken
+                    self._parts.appendleft(part[cut:])
+                    part = part[:cut]
+                out.append(part)
+                taken += len(part)
+            self._have -= taken
+            if self._have < self._ahead and not self._room.is_set():
+                self._loop.call_soon_threadsafe(self._room.set)
+            if not taken and self._interrupted:
                 raise BodyInterrupted("the client disconnected during the upload")
-            body, more = item
-            if body:
-                self._parts.append(body)
-                self._have += len(body)
-            if not more:
-                self._done = True
+        return out
 
     def read(self, size: int = -1) -> bytes:
         if size is None or size < 0:
@@ -99,18 +132,7 @@ class ReceiveBody(io.RawIOBase):
             while chunk := self.read(1024 * 1024):
                 pieces.append(chunk)
             return b"".join(pieces)
-        if self._have < size and not self._done:
-            async_to_sync(self._pull)(size)
-        out, taken = [], 0
-        while self._parts and taken < size:
-            part = self._parts.popleft()
-            if taken + len(part) > size:
-                cut = size - taken
-                self._parts.appendleft(part[cut:])
-                part = part[:cut]
-            out.append(part)
-            taken += len(part)
-        self._have -= taken
+        out = self.read_parts(size)
         return out[0] if len(out) == 1 else b"".join(out)
 
     def readinto(self, buffer) -> int:

@@ -46,8 +46,10 @@ from apps.datasets.api.serializers import (
 from apps.datasets.models import Dataset, DatasetFile, DatasetVersion, VersionState
 from apps.datasets.paths import file_path_problem
 from apps.datasets.storage import storage_for
-from apps.datasets.storage.base import CHUNK_BYTES, Sealed, StorageError
+from apps.datasets.storage.base import Sealed, StorageError
 
+# an upload's body is taken in pieces of this size (fewer hand-offs between threads)
+UPLOAD_READ_BYTES = 4 * 1024 * 1024
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 logger = logging.getLogger(__name__)
 
@@ -369,16 +371,24 @@ class DatasetVersionViewSet(CodedConflictMixin, mixins.ListModelMixin, TenantSco
 
 def _body_chunks(request, length: int):
     """The request body in bounded pieces, exactly `length` bytes (a shorter body is an
-    interrupted upload: what arrived stays stored, the client resumes)."""
+    interrupted upload: what arrived stays stored, the client resumes). A streamed body
+    (apps/core/streaming.py) hands over its pieces as they arrived, without copying."""
+    stream = getattr(request, "_stream", None)
+    parts = getattr(stream, "read_parts", None)
     left = length
     while left > 0:
         try:
-            chunk = request.read(min(CHUNK_BYTES, left))
+            pieces = (
+                parts(min(UPLOAD_READ_BYTES, left))
+                if parts
+                else [request.read(min(UPLOAD_READ_BYTES, left))]
+            )
         except BodyInterrupted:
             raise
         except OSError as exc:  # WSGI servers report a dropped client this way
             raise BodyInterrupted(str(exc)) from exc
-        if not chunk:
+        if not pieces or not pieces[0]:
             raise BodyInterrupted("the body ended before its Content-Length")
-        left -= len(chunk)
-        yield chunk
+        for piece in pieces:
+            left -= len(piece)
+            yield piece
