@@ -6,6 +6,7 @@ import { api, unwrap } from "./api/client";
 import { useI18n, type Key } from "./i18n";
 import { useSession } from "./session";
 import { Loading } from "./components/common";
+import { ErrorBoundary } from "./components/ErrorBoundary";
 import { LoginPage } from "./pages/Login";
 import { InviteAcceptPage } from "./pages/InviteAccept";
 
@@ -91,21 +92,22 @@ function Shell() {
       label: t("nav.admin"),
       type: "group" as const,
       children: [
-        ...(admin ? [item("/admin/members", "nav.members"), item("/admin/invitations", "nav.invitations")] : []),
-        item("/admin/projects", "nav.projects"),
-        item("/admin/quotas", "nav.quotas"),
-        item("/admin/tokens", "nav.tokens"),
-        ...(can("audit-event", "read") ? [item("/admin/audit", "nav.audit")] : []),
-        item("/admin/signatures", "nav.signatures"),
+        ...(admin ? [item("/console/members", "nav.members"), item("/console/invitations", "nav.invitations")] : []),
+        item("/console/projects", "nav.projects"),
+        item("/console/quotas", "nav.quotas"),
+        item("/console/tokens", "nav.tokens"),
+        ...(can("audit-event", "read") ? [item("/console/audit", "nav.audit")] : []),
+        item("/console/signatures", "nav.signatures"),
       ],
     },
   ];
   const selected =
-    ["/jobs/new", "/jobs", "/logs", "/admin/members", "/admin/invitations", "/admin/projects", "/admin/quotas",
-      "/admin/tokens", "/admin/audit", "/admin/signatures"].find((p) => loc.pathname.startsWith(p)) ?? "/";
+    ["/jobs/new", "/jobs", "/logs", "/console/members", "/console/invitations", "/console/projects", "/console/quotas",
+      "/console/tokens", "/console/audit", "/console/signatures"].find((p) => loc.pathname.startsWith(p)) ?? "/";
   const signOut = async () => {
     await api.POST("/api/v1/auth/logout");
-    qc.clear();
+    qc.removeQueries({ predicate: (q) => q.queryKey[0] !== "me" });
+    qc.setQueryData(["me"], null);
     nav("/login");
   };
   return (
@@ -114,7 +116,7 @@ function Shell() {
         {t("nav.skip")}
       </a>
       <Layout.Sider breakpoint="lg" collapsedWidth={0} theme="light" width={210}>
-        <nav aria-label="main">
+        <nav aria-label="Torus">
           <div style={{ padding: "16px 24px", fontWeight: 700, fontSize: 20 }}>
             <Link to="/">Torus</Link>
           </div>
@@ -135,8 +137,8 @@ function Shell() {
           </Space>
         </Layout.Header>
         <Layout.Content id="main" tabIndex={-1} style={{ margin: 16 }}>
-          <main>
-            <Suspense fallback={<Loading />}>
+          <ErrorBoundary resetKey={loc.pathname}>
+          <Suspense fallback={<Loading />}>
               <Routes>
                 <Route path="/" element={<HomePage />} />
                 <Route path="/jobs" element={<JobsPage />} />
@@ -144,11 +146,11 @@ function Shell() {
                 <Route path="/jobs/:id" element={<JobPage />} />
                 <Route path="/logs" element={<LogSearchPage />} />
                 <Route path="/invitations/accept" element={<InviteAcceptPage />} />
-                <Route path="/admin/:section" element={<AdminPage />} />
+                <Route path="/console/:section" element={<AdminPage />} />
                 <Route path="*" element={<Navigate to="/" replace />} />
               </Routes>
-            </Suspense>
-          </main>
+          </Suspense>
+          </ErrorBoundary>
         </Layout.Content>
       </Layout>
     </Layout>

@@ -20,10 +20,25 @@ export function makeQueryClient() {
   });
 }
 
+// Colours dark enough for WCAG AA contrast on white (axe-core checks it in tests/e2e).
+const THEME = {
+  token: {
+    colorPrimary: "#1558d6",
+    colorLink: "#1558d6",
+    colorInfo: "#1558d6",
+    colorError: "#c41d1d",
+    colorSuccess: "#2f7d12",
+    colorWarning: "#a35c00",
+    colorTextDescription: "rgba(0, 0, 0, 0.65)",
+    colorTextTertiary: "rgba(0, 0, 0, 0.6)",
+    colorTextPlaceholder: "rgba(0, 0, 0, 0.6)",
+  },
+};
+
 function Antd({ children }: { children: ReactNode }) {
   const { lang } = useI18n();
   return (
-    <ConfigProvider locale={lang === "zh" ? zhCN : enUS} theme={{ token: { colorPrimary: "#1558d6" } }}>
+    <ConfigProvider locale={lang === "zh" ? zhCN : enUS} theme={THEME}>
       <AntApp>{children}</AntApp>
     </ConfigProvider>
   );

@@ -63,9 +63,8 @@ def run_browser(scenario: str, params: dict, *, timeout: int = 300) -> dict:
         check=False,
     )
     lines = result.stdout.strip().splitlines()
-    assert result.returncode == 0 and lines, (
-        f"{scenario} failed ({result.returncode}):\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
-    )
+    out, err = result.stdout[-4000:], result.stderr[-4000:]
+    assert result.returncode == 0 and lines, f"{scenario} failed:\n{out}\n{err}"
     return json.loads(lines[-1])
 
 

@@ -85,3 +85,10 @@ export function wsUrl(path: string): string {
   const proto = window.location.protocol === "https:" ? "wss:" : "ws:";
   return `${proto}//${window.location.host}${path}`;
 }
+
+/** /api/v1/usage/ rows: the schema says a list; the view may wrap it as {results, ...}. */
+export function usageRows(data: unknown): Schemas["UsageRow"][] {
+  if (Array.isArray(data)) return data;
+  const rows = (data as { results?: unknown } | null)?.results;
+  return Array.isArray(rows) ? rows : [];
+}

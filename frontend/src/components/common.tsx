@@ -52,9 +52,9 @@ export function ErrorState({ error, onRetry }: { error: unknown; onRetry?: () =>
   );
 }
 
-export function EmptyState({ children }: { children?: ReactNode }) {
+export function EmptyState({ children, action }: { children?: ReactNode; action?: ReactNode }) {
   const { t } = useI18n();
-  return <Empty description={children ?? t("common.none")} />;
+  return <Empty description={children ?? t("common.none")}>{action}</Empty>;
 }
 
 export function Forbidden({ text }: { text: string }) {

@@ -1,7 +1,7 @@
-import { Card, Col, List, Progress, Row, Statistic, Typography } from "antd";
+import { Button, Card, Col, List, Progress, Row, Statistic, Typography } from "antd";
 import { Link } from "react-router-dom";
 import { useQuery } from "@tanstack/react-query";
-import { api, unwrap } from "../api/client";
+import { api, unwrap, usageRows } from "../api/client";
 import { useI18n } from "../i18n";
 import { useSession } from "../session";
 import { ACTIVE_STATES, EmptyState, ErrorState, Loading, StateTag } from "../components/common";
@@ -19,7 +19,7 @@ function lastMonths(n: number): string[] {
 
 export default function HomePage() {
   const { t } = useI18n();
-  const { me, tenant, project } = useSession();
+  const { me, tenant, project, can } = useSession();
   const username = me?.user?.username ?? "";
   const jobs = useQuery({
     queryKey: ["jobs", "mine-active", tenant?.id, project, username],
@@ -53,7 +53,7 @@ export default function HomePage() {
     queryFn: async () =>
       Promise.all(
         months.map(async (period) =>
-          unwrap(await api.GET("/api/v1/usage/", { params: { query: { period, group_by: "tenant" } } })),
+          usageRows(unwrap(await api.GET("/api/v1/usage/", { params: { query: { period, group_by: "tenant" } } }))),
         ),
       ),
   });
@@ -69,7 +69,7 @@ export default function HomePage() {
 
   return (
     <div>
-      <Typography.Title level={2}>{t("home.title")}</Typography.Title>
+      <Typography.Title level={1} style={{ fontSize: 24 }}>{t("home.title")}</Typography.Title>
       <Row gutter={[16, 16]}>
         <Col xs={24} md={8}>
           <Card>
@@ -103,8 +103,16 @@ export default function HomePage() {
             ) : jobs.error ? (
               <ErrorState error={jobs.error} onRetry={() => jobs.refetch()} />
             ) : !jobs.data?.length ? (
-              <EmptyState>
-                {t("home.noActive")} <Link to="/jobs/new">{t("nav.submit")}</Link>
+              <EmptyState
+                action={
+                  can("job", "create") && (
+                    <Link to="/jobs/new">
+                      <Button type="primary">{t("nav.submit")}</Button>
+                    </Link>
+                  )
+                }
+              >
+                {t("home.noActive")}
               </EmptyState>
             ) : (
               <List

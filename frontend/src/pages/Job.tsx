@@ -124,7 +124,7 @@ export default function JobPage() {
   return (
     <div>
       <Space align="center" wrap style={{ marginBottom: 8 }}>
-        <Typography.Title level={2} style={{ margin: 0 }} data-testid="job-name">
+        <Typography.Title level={1} style={{ margin: 0, fontSize: 24 }} data-testid="job-name">
           {j.name}
         </Typography.Title>
         <StateTag state={state} />

@@ -124,7 +124,7 @@ export default function JobsPage() {
 
   return (
     <div>
-      <Typography.Title level={2}>
+      <Typography.Title level={1} style={{ fontSize: 24 }}>
         {t("jobs.title")}{" "}
         <Badge status="processing" text={<span style={{ fontSize: 12 }}>{t("jobs.live")}</span>} />
       </Typography.Title>

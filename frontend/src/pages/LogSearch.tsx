@@ -45,7 +45,7 @@ export default function LogSearchPage() {
 
   return (
     <div>
-      <Typography.Title level={2}>{t("logs.title")}</Typography.Title>
+      <Typography.Title level={1} style={{ fontSize: 24 }}>{t("logs.title")}</Typography.Title>
       <Space wrap style={{ marginBottom: 12 }}>
         <Input.Search
           aria-label={t("logs.query")}

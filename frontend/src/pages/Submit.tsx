@@ -140,7 +140,12 @@ export default function SubmitPage() {
           </Form.Item>
         </Col>
         <Col xs={24} md={12}>
-          <Form.Item label={t("common.project")} name="project" rules={[{ required: true }]}>
+          {/* a validator, not `required`: antd would put aria-required on the select's div */}
+          <Form.Item
+            label={t("common.project")}
+            name="project"
+            rules={[{ validator: (_, v) => (v ? Promise.resolve() : Promise.reject(new Error(t("common.project")))) }]}
+          >
             <Select
               data-testid="field-project"
               options={(projects.data ?? []).map((p) => ({ value: p.id, label: p.slug }))}
@@ -268,7 +273,7 @@ export default function SubmitPage() {
 
   return (
     <div>
-      <Typography.Title level={2}>{earlier.data ? `${t("submit.resubmit")}: ${earlier.data.name}` : t("submit.title")}</Typography.Title>
+      <Typography.Title level={1} style={{ fontSize: 24 }}>{earlier.data ? `${t("submit.resubmit")}: ${earlier.data.name}` : t("submit.title")}</Typography.Title>
       <Tabs
         activeKey={tab}
         onChange={(k) => {

@@ -8,7 +8,7 @@ import {
 } from "antd";
 import type { ColumnsType } from "antd/es/table";
 import { keepPreviousData, useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
-import { api, ApiError, cursorOf, flatFields, unwrap, type Schemas } from "../../api/client";
+import { api, ApiError, cursorOf, flatFields, unwrap, usageRows, type Schemas } from "../../api/client";
 import { useI18n, type Key } from "../../i18n";
 import { useSession } from "../../session";
 import { useProjects } from "../../App";
@@ -22,7 +22,7 @@ function Section({ title, extra, children }: { title: Key; extra?: ReactNode; ch
   return (
     <div>
       <Space style={{ width: "100%", justifyContent: "space-between" }}>
-        <Typography.Title level={2}>{t(title)}</Typography.Title>
+        <Typography.Title level={1} style={{ fontSize: 24 }}>{t(title)}</Typography.Title>
         {extra}
       </Space>
       {children}
@@ -336,7 +336,8 @@ function Quotas() {
   });
   const usage = useQuery({
     queryKey: ["usage", tenant?.id, "project"],
-    queryFn: async () => unwrap(await api.GET("/api/v1/usage/", { params: { query: { group_by: "project" } } })),
+    queryFn: async () =>
+      usageRows(unwrap(await api.GET("/api/v1/usage/", { params: { query: { group_by: "project" } } }))),
   });
   const remove = useMutate(
     async (id: string) => unwrap(await api.DELETE("/api/v1/quotas/{id}/", { params: { path: { id } } })),
@@ -520,7 +521,7 @@ function Tokens() {
           { title: t("common.user"), render: (_, x) => x.user.username },
           { title: "prefix", dataIndex: "prefix", render: (p: string) => <code>{p}…</code> },
           { title: t("admin.readOnly"), dataIndex: "read_only", render: (v: boolean) => (v ? "✓" : "") },
-          { title: t("admin.active"), dataIndex: "active", render: (v: boolean) => <Tag color={v ? "green" : "default"}>{String(v)}</Tag> },
+          { title: t("admin.active"), dataIndex: "active", render: (v: boolean) => <Tag color={v ? "green" : "default"}>{v ? "✓" : "✗"}</Tag> },
           { title: t("admin.expires"), dataIndex: "expires_at", render: fmtTime },
           { title: t("admin.lastUsed"), dataIndex: "last_used_at", render: fmtTime },
           {

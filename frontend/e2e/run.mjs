@@ -1,0 +1,217 @@
+// End-to-end scenarios in a real headless Chromium (Debian's, driven by playwright-core),
+// against a running Torus. Started by tests/e2e/*.py, which bring up the backend and pass
+//   TORUS_E2E_PARAMS       JSON: {base, users: {role: {username, password}}, ...}
+//   CHROMIUM_PATH          the browser
+//   TORUS_E2E_SCREENSHOTS  where the pages' screenshots go (git ignores it)
+// Usage: node e2e/run.mjs <scenario>. Prints one JSON line (what it saw) and exits 0, or
+// prints the failure and exits 1. Every main page gets an axe-core check: no serious or
+// critical violation.
+import { createRequire } from "node:module";
+import { chromium } from "playwright-core";
+
+const require = createRequire(import.meta.url);
+const AXE = require.resolve("axe-core/axe.min.js");
+const params = JSON.parse(process.env.TORUS_E2E_PARAMS ?? "{}");
+const shots = process.env.TORUS_E2E_SCREENSHOTS;
+const base = params.base;
+const report = { pages: [], axe: {}, consoleErrors: [] };
+const axeFailures = []; // reported together at the end, so one run shows them all
+
+function check(cond, message) {
+  if (!cond) throw new Error(message);
+}
+
+async function newPage(browser, lang = "en") {
+  const context = await browser.newContext({ viewport: { width: 1366, height: 900 }, locale: lang === "zh" ? "zh-CN" : "en-US" });
+  // the starting language; a choice made in the page is kept across reloads
+  await context.addInitScript((l) => localStorage.getItem("torus.lang") || localStorage.setItem("torus.lang", l), lang);
+  const page = await context.newPage();
+  page.setDefaultTimeout(30_000);
+  page.on("pageerror", (e) => report.consoleErrors.push(`pageerror: ${e.message}`));
+  page.on("console", (m) => {
+    // a refused request the page handles (401 before sign-in) is logged by the browser itself
+    if (m.type() === "error" && !/Failed to load resource/.test(m.text())) report.consoleErrors.push(m.text());
+  });
+  return page;
+}
+
+async function signIn(page, user) {
+  await page.goto(`${base}/`);
+  await page.getByTestId("login-username").fill(user.username);
+  await page.getByTestId("login-password").fill(user.password);
+  await page.getByTestId("login-submit").click();
+  await page.getByTestId("whoami").filter({ hasText: user.username }).waitFor();
+}
+
+/** axe-core on the page: fails on a serious or critical violation. */
+async function axe(page, name) {
+  await page.addScriptTag({ path: AXE });
+  const result = await page.evaluate(async () => {
+    // eslint-disable-next-line no-undef
+    const r = await axe.run(document, { resultTypes: ["violations"] });
+    return r.violations.map((v) => ({ id: v.id, impact: v.impact, nodes: v.nodes.slice(0, 3).map((n) => n.target.join(" ")) }));
+  });
+  report.axe[name] = result.map((v) => `${v.impact}:${v.id}`);
+  const bad = result.filter((v) => v.impact === "serious" || v.impact === "critical");
+  if (bad.length) axeFailures.push(`axe on ${name}: ${JSON.stringify(bad)}`);
+  if (bad.length) report.axeFailures = axeFailures;
+}
+
+async function visit(page, name, lang, { axeCheck = true } = {}) {
+  await page.waitForLoadState("networkidle").catch(() => {});
+  await page.locator(".ant-spin-spinning").first().waitFor({ state: "detached", timeout: 15_000 }).catch(() => {});
+  if (axeCheck) await axe(page, `${name}.${lang}`);
+  if (shots) await page.screenshot({ path: `${shots}/${name}.${lang}.png`, fullPage: true });
+  report.pages.push(`${name}.${lang}`);
+}
+
+async function chooseOption(page, testId, label) {
+  await page.getByTestId(testId).click();
+  await page.locator(`.ant-select-dropdown:visible .ant-select-item-option[title="${label}"]`).click();
+}
+
+const scenarios = {
+
+  // A member signs in, submits a job from the form, watches its lines arrive live, sees it
+  // succeed and its loss curve, finds its line in log search; then the same pages in Chinese.
+  async researcher(browser) {
+    const { users, project, word } = params;
+    const page = await newPage(browser, "en");
+    await signIn(page, users.member);
+    await visit(page, "home", "en");
+
+    await page.goto(`${base}/jobs/new`);
+    await page.getByTestId("field-name").fill(params.jobName);
+    await chooseOption(page, "field-project", project);
+    const script = `for i in $(seq 1 ${params.steps}); do echo "tick $i ${word}"; echo "torus-metric step=$i loss=$((1000 / i))"; sleep ${params.sleep}; done; echo "ERROR ${word} fake error line" >&2`;
+    await page.getByTestId("field-command").fill(["bash", "-c", script].join("\n"));
+    await visit(page, "submit", "en");
+    await page.getByTestId("submit-button").click();
+    await page.waitForURL(/\/jobs\/[0-9a-f-]{36}$/);
+    report.jobId = page.url().split("/").pop();
+
+    // live: lines arrive over the websocket while it runs
+    await page.getByTestId("log-view").getByText(`tick 2 ${word}`, { exact: true }).waitFor({ timeout: 120_000 });
+    report.sawRunning = await page.getByTestId("job-state").first().innerText();
+    await page.getByTestId("job-state").filter({ hasText: "SUCCEEDED" }).first().waitFor({ timeout: 120_000 });
+    await page.getByTestId("log-view").getByText(`tick ${params.steps} ${word}`, { exact: true }).waitFor();
+    report.logCount = await page.getByTestId("log-count").innerText();
+    await page.getByTestId("log-first-error").click();
+    await page.getByTestId("log-view").getByText(`ERROR ${word} fake error line`).waitFor();
+    await visit(page, "job-logs", "en");
+
+    await page.getByRole("tab", { name: "Metrics" }).click();
+    await page.getByTestId("chart").locator("canvas").first().waitFor();
+    await visit(page, "job-metrics", "en");
+
+    await page.goto(`${base}/logs?q=${encodeURIComponent(word)}`);
+    await page.getByTestId("logsearch-total").waitFor();
+    await page.getByTestId("logsearch-hits").getByText(`tick 1 ${word}`).waitFor({ timeout: 60_000 }).catch(async () => {
+      await page.reload();
+      await page.getByTestId("logsearch-hits").getByText(word).first().waitFor();
+    });
+    report.searchTotal = await page.getByTestId("logsearch-total").innerText();
+    await visit(page, "logs", "en");
+    await page.getByRole("link", { name: "Open in job log" }).first().click();
+    await page.getByTestId("hit-context").waitFor();
+    await page.getByTestId("hit-context").getByText(word).first().waitFor();
+
+    await page.goto(`${base}/jobs`);
+    await page.getByRole("link", { name: params.jobName }).waitFor();
+    await visit(page, "jobs", "en");
+
+    // Chinese, chosen in the page and remembered across a reload
+    await chooseOption(page, "lang-switch", "简体中文");
+    await page.getByRole("heading", { name: "作业" }).waitFor();
+    await page.reload();
+    await page.getByRole("heading", { name: "作业" }).waitFor();
+    await visit(page, "jobs", "zh");
+    for (const [name, path, heading] of [
+      ["home", "/", "首页"],
+      ["submit", "/jobs/new", "提交作业"],
+      ["logs", `/logs?q=${encodeURIComponent(word)}`, "日志搜索"],
+    ]) {
+      await page.goto(`${base}${path}`);
+      await page.getByRole("heading", { name: heading }).waitFor();
+      await visit(page, name, "zh");
+    }
+    await page.goto(`${base}/jobs/${report.jobId}`);
+    await page.getByRole("tab", { name: "日志" }).waitFor();
+    await visit(page, "job-logs", "zh");
+    await page.getByTestId("sign-out").click();
+    await page.getByTestId("login-submit").waitFor();
+  },
+
+  // A viewer sees no action they may not take.
+  async viewer(browser) {
+    const page = await newPage(browser, "en");
+    await signIn(page, params.users.viewer);
+    await page.goto(`${base}/jobs`);
+    await page.getByRole("heading", { name: "Jobs" }).waitFor();
+    check((await page.getByRole("link", { name: "Submit job" }).count()) === 0, "a viewer sees Submit job");
+    check((await page.getByRole("link", { name: "Audit log" }).count()) === 0, "a viewer sees the audit log");
+    await page.goto(`${base}/jobs/new`);
+    await page.getByText("Your role in this tenant cannot submit jobs.").waitFor();
+    check((await page.getByTestId("submit-button").count()) === 0, "a viewer sees a submit button");
+    if (params.jobId) {
+      await page.goto(`${base}/jobs/${params.jobId}`);
+      await page.getByTestId("job-name").waitFor();
+      for (const name of ["Cancel", "Restart", "Resubmit"])
+        check((await page.getByRole("button", { name }).count()) === 0, `a viewer sees ${name}`);
+    }
+    await page.goto(`${base}/console/quotas`);
+    await page.getByRole("heading", { name: "Quotas" }).waitFor();
+    check((await page.getByRole("button", { name: "New quota" }).count()) === 0, "a viewer may add quotas");
+    report.viewerOk = true;
+  },
+
+  // The tenant admin console, every section, in both languages.
+  async admin(browser) {
+    const sections = [
+      ["members", "Members", "成员"],
+      ["invitations", "Invitations", "邀请"],
+      ["projects", "Projects", "项目"],
+      ["quotas", "Quotas", "配额"],
+      ["tokens", "Access tokens", "访问令牌"],
+      ["audit", "Audit log", "审计日志"],
+      ["signatures", "Failure signatures", "故障特征"],
+    ];
+    for (const lang of ["en", "zh"]) {
+      const page = await newPage(browser, lang);
+      await signIn(page, params.users.admin);
+      for (const [section, en, zh] of sections) {
+        await page.goto(`${base}/console/${section}`);
+        await page.getByRole("heading", { name: lang === "en" ? en : zh, exact: true }).waitFor();
+        await visit(page, `admin-${section}`, lang);
+      }
+      await page.context().close();
+    }
+  },
+};
+
+const name = process.argv[2];
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM_PATH ?? "/usr/bin/chromium",
+  args: ["--no-sandbox", "--disable-dev-shm-usage"],
+});
+let code = 0;
+try {
+  check(scenarios[name], `no scenario ${name}`);
+  await scenarios[name](browser);
+  check(!axeFailures.length, axeFailures.join("\n"));
+  check(!report.consoleErrors.length, `errors in the browser console: ${report.consoleErrors.join(" | ")}`);
+} catch (e) {
+  console.error(`scenario ${name} failed: ${e.stack ?? e}`);
+  let n = 0;
+  for (const context of browser.contexts())
+    for (const page of context.pages()) {
+      console.error(`page ${n}: ${page.url()}: ${(await page.locator("body").innerText().catch(() => "")).slice(0, 1500)}`);
+      if (shots) await page.screenshot({ path: `${shots}/FAILED-${name}-${n++}.png`, fullPage: true }).catch(() => {});
+    }
+  console.error(`report so far: ${JSON.stringify(report)}`);
+  code = 1;
+} finally {
+  await browser.close();
+}
+if (!code) console.log(JSON.stringify(report));
+process.exit(code);
