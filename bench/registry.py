@@ -13,6 +13,8 @@ same PostgreSQL in a database of its own), one client thread, keep-alive connect
                   GET model-versions/search)
   read_lineage    a version's job/run, metrics, parameters and datasets (Torus: GET lineage;
                   MLflow: GET model-versions/get, then GET runs/get)
+  get_model       not an aim: one read of the model's row (GET models/{id}/; GET
+                  registered-models/get), what a request costs in each stack at least
 
 Run alone:  .venv/bin/python bench/registry.py [--quick] [--versions N] [--keep-logs]
 Progress goes to stderr; the last stdout line is the result:
@@ -53,7 +55,7 @@ MLFLOW_DB = "torus_bench_mlflow"
 MODEL = "bench-model"
 N_METRICS = N_PARAMS = 20
 ARTIFACT = os.urandom(1024)
-OPS = ("create_version", "move_alias", "list_versions", "read_lineage")
+OPS = ("create_version", "move_alias", "list_versions", "read_lineage", "get_model")
 
 
 def log(msg: str) -> None:
@@ -216,6 +218,10 @@ class MlflowOps:
         self.requests["list_versions"] = 1
         return len(rows["model_versions"])
 
+    def get_model(self) -> None:
+        _ok(self.http.get(f"{self.api}/registered-models/get", params={"name": MODEL}))
+        self.requests["get_model"] = 1
+
     def read_lineage(self, number: int) -> dict:
         version = _ok(
             self.http.get(
@@ -321,6 +327,10 @@ class TorusOps:
         self.requests["list_versions"] = 1
         return len(rows["results"])
 
+    def get_model(self) -> None:
+        _ok(self.http.get(f"{self.base}/"))
+        self.requests["get_model"] = 1
+
     def read_lineage(self, number: int) -> dict:
         data = _ok(self.http.get(f"{self.base}/versions/{number}/lineage/"))
         self.requests["read_lineage"] = 1
@@ -399,6 +409,8 @@ def measure(systems: dict, n: int, warmup: int) -> dict:
             lambda x=x: seen[name].append(ops.read_lineage(x)) for x in created[name]
         ],
     )
+    # the floor: one read of one model row, what any request costs in each stack
+    timed("get_model", lambda name, ops: [ops.get_model for _ in range(n)])
     want = {"metrics": N_METRICS, "params": N_PARAMS, "datasets": 1}
     for name in systems:
         if set(listed[name]) != {min(50, len(numbers[name]))}:

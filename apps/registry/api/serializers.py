@@ -43,7 +43,17 @@ class RegisteredModelSerializer(StrictModelSerializer):
         validators = []
 
     def get_aliases(self, obj) -> dict[str, int]:
-        return {alias.name: alias.version.number for alias in obj.aliases.all()}
+        if "model_aliases" in self.context:  # a page of models: looked up at once
+            return self.context["model_aliases"].get(obj.pk, {})
+        return dict(obj.aliases.order_by("name").values_list("name", "version__number"))
+
+    @staticmethod
+    def page_context(models) -> dict:
+        aliases: dict = {}
+        rows = ModelAlias.objects.filter(model_id__in=[m.pk for m in models]).order_by("name")
+        for model_id, name, number in rows.values_list("model_id", "name", "version__number"):
+            aliases.setdefault(model_id, {})[name] = number
+        return {"model_aliases": aliases}
 
 
 class ModelUpdateSerializer(StrictSerializer):

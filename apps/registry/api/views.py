@@ -120,14 +120,12 @@ class RegisteredModelViewSet(
 
     # -- versions -------------------------------------------------------------------------------
 
-    # the actions that render a model (its aliases): the others need only the row
-    RENDERS_MODEL = frozenset({"list", "retrieve", "create", "partial_update"})
-
-    def get_queryset(self):
-        queryset = super().get_queryset()
-        if self.action in self.RENDERS_MODEL:
-            queryset = queryset.prefetch_related("aliases__version")
-        return queryset
+    def list(self, request, *args, **kwargs):
+        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
+        context = RegisteredModelSerializer.page_context(page)
+        return self.get_paginated_response(
+            RegisteredModelSerializer(page, many=True, context=context).data
+        )
 
     def _version(self, model: RegisteredModel, number, *, full: bool = False) -> ModelVersion:
         """Version `number` of the model (404 if none); `full` with what its serializer
