@@ -386,13 +386,19 @@ def torus_phase(slurm: BenchSlurm, ctx, plan, drain_s: float, port: int, label: 
             "Authorization": f"Bearer {entry['tokens'][job.user]}",
             "Content-Type": "application/json",
         }
-        try:
-            conn.request("POST", "/api/v1/jobs/", body=json.dumps(body), headers=headers)
-            response = conn.getresponse()
-            payload = response.read()
-        except (OSError, http.client.HTTPException):
-            local.conn = None
-            raise
+        for retry in (True, False):
+            try:
+                conn.request("POST", "/api/v1/jobs/", body=json.dumps(body), headers=headers)
+                response = conn.getresponse()
+                payload = response.read()
+                break
+            except (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected):
+                # uvicorn closed the idle keep-alive connection before this request reached
+                # it (nothing was read): send again once on a new connection
+                conn.close()
+                conn = local.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+                if not retry:
+                    raise
         if response.status != 201:
             log(f"POST {job.index}: HTTP {response.status} {payload[:300]!r}")
             return False
@@ -586,7 +592,7 @@ def main() -> int:
         for phase in phases:
             slurm.mode(SLURM_MODE.get(phase, "backfill"))
             if phase.startswith("torus"):
-                tenant_limits(ctx, slurm, limits=phase == "torus-limits")
+                quota_mode(ctx, slurm, in_slurm=phase == "torus-limits")
                 if not procs:
                     port, procs = start_platform(logdir)
                 out = torus_phase(slurm, ctx, plan, drain, port, phase)
@@ -671,21 +677,56 @@ def main() -> int:
         stop_all()
         if not args.keep_cluster:
             slurm.stop()
+            try:
+                forget_cluster()
+            except Exception as exc:  # reported; the result line still comes
+                log(f"could not remove the cluster row {CLUSTER_NAME}: {exc}")
     return finish("scheduling", result, logdir=logdir, keep_logs=args.keep_logs)
 
 
-def tenant_limits(ctx, slurm: BenchSlurm, *, limits: bool) -> None:
-    """Torus's tenant accounts (t-<tenant>) on the benchmark cluster: GrpTRES gres/gpu = the
-    tenant's quota when `limits`, else none (the platform alone enforces the quota)."""
+def quota_mode(ctx, slurm: BenchSlurm, *, in_slurm: bool) -> None:
+    """Where the tenants' GPU quotas are held on the benchmark cluster: by Torus's admission
+    (the default), or by Slurm (Cluster.config tenant_gpu_quota = "slurm": the dispatcher
+    sets each tenant account's GrpTRES, admission no longer holds jobs for it)."""
+    from django.core.cache import cache
+
     from apps.identity.services import group_name
 
-    for name, entry in ctx["tenants"].items():
+    cluster = ctx["cluster"]
+    config = {k: v for k, v in cluster.config.items() if k != "tenant_gpu_quota"}
+    if in_slurm:
+        config["tenant_gpu_quota"] = "slurm"
+    cluster.config = config
+    cluster.save(update_fields=["config"])
+    for entry in ctx["tenants"].values():
+        cache.delete(f"torus:tenant-gpu-limit:{cluster.pk}:{entry['tenant'].pk}")
         account = group_name(tenant=entry["tenant"])
-        grp = f"gres/gpu={ctx['quotas'][name]}" if limits else "gres/gpu=-1"
         slurm.run(["sacctmgr", "-i", "add", "account", account, "parent=root"], check=False)
         slurm.run(
-            ["sacctmgr", "-i", "modify", "account", account, "set", f"GrpTRES={grp}"], check=False
-        )
+            ["sacctmgr", "-i", "modify", "account", "where", f"name={account}", "set",
+             "GrpTRES=gres/gpu=-1"],
+            check=False,
+        )  # fmt: skip
+
+
+def forget_cluster() -> None:
+    """Once the benchmark cluster stops, the platform must not place jobs on it nor report
+    it down (/readyz pings every cluster): its row goes, with the benchmark tenants' jobs on
+    it; if anyone else's job was placed there, only its nodes go."""
+    from django.db.models.deletion import ProtectedError
+
+    from apps.compute.models import Cluster, Node
+    from apps.jobs.models import Job
+
+    cluster = Cluster.objects.filter(name=CLUSTER_NAME).first()
+    if cluster is None:
+        return
+    Job.objects.filter(cluster=cluster, tenant__slug__in=[t[0] for t in TENANTS]).delete()
+    try:
+        cluster.delete()
+    except ProtectedError:
+        Node.objects.filter(cluster=cluster).delete()
+        log(f"other jobs reference cluster {CLUSTER_NAME}: kept its row, removed its nodes")
 
 
 def machine(slurm: BenchSlurm) -> dict:

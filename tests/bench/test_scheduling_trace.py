@@ -1,0 +1,64 @@
+"""bench/scheduling.py's trace handling and metrics: the assignment is deterministic and the
+figures are what their definitions say (no services needed)."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from _scheduling_trace import (
+    TraceJob,
+    busiest_window,
+    phase_metrics,
+    replay_plan,
+    tenant_of,
+    user_of,
+)
+
+
+def test_tenants_and_users_are_a_function_of_the_job_id():
+    ids = [f"job-{i}" for i in range(4000)]
+    first = [(tenant_of("c", i), user_of("c", i, tenant_of("c", i))) for i in ids]
+    assert first == [(tenant_of("c", i), user_of("c", i, tenant_of("c", i))) for i in ids]
+    share = {t: sum(1 for x, _ in first if x == t) / len(ids) for t, _ in first}
+    assert share["sched-a"] == pytest.approx(0.40, abs=0.03)
+    assert share["sched-d"] == pytest.approx(0.10, abs=0.02)
+    assert {u for _, u in first if u.startswith("sched-b")} == {"sched-b-u0", "sched-b-u1"}
+
+
+def test_the_plan_compresses_caps_and_splits_big_jobs():
+    jobs = [
+        TraceJob("a", 3600, 7200, 1),
+        TraceJob("b", 7200, 100 * 3600, 16),  # capped at 2 h; two 8-GPU nodes
+        TraceJob("c", 99 * 3600, 600, 1),  # outside the window
+    ]
+    plan, info = replay_plan(
+        jobs, cluster="c", window_start=0, window_hours=4, compression=720, load=2.0,
+        keep_fraction=1.0, node_gpus=8, nodes=4, cap_hours=2, prefix="",
+    )  # fmt: skip
+    assert [(j.arrival, j.duration, j.nodes, j.gpus_per_node) for j in plan] == [
+        (2.5, 10.0, 1, 1),  # 3600 s / (720 x 2)
+        (5.0, 10.0, 2, 8),
+    ]
+    assert info["replay_seconds"] == 10.0
+    assert info["offered_load"] == pytest.approx((10 + 16 * 10) / (32 * 10), abs=1e-3)
+
+
+def test_the_busiest_window_is_the_one_with_most_gpu_seconds():
+    jobs = [TraceJob("a", 0, 3600, 1), TraceJob("b", 5 * 3600, 3600, 8)]
+    assert busiest_window(jobs, 2, 3600) == 4 * 3600  # first hour-aligned window holding b
+
+
+def test_phase_metrics():
+    plan, _ = replay_plan(
+        [TraceJob("x", 0, 7200, 4), TraceJob("y", 0, 7200, 4), TraceJob("z", 0, 7200, 4)],
+        cluster="c", window_start=0, window_hours=1, compression=720, load=1,
+        keep_fraction=1.0, node_gpus=8, nodes=1, cap_hours=2, prefix="",
+    )  # fmt: skip
+    runs = {0: (100.0, 100.0, 110.0), 1: (100.0, 110.0, 120.0)}  # the third never started
+    m = phase_metrics(plan, runs, capacity=8, t0=100.0, deadline=140.0, scale=0.2)
+    assert (m["finished"], m["never_ran"]) == (2, 1)
+    assert m["gpu_allocation"] == pytest.approx((4 * 10 + 4 * 10) / (8 * 40))
+    assert m["jct_mean_s"] == 15.0
+    assert m["queue_delay_p95_s"] == 10.0
