@@ -141,7 +141,7 @@ def run(args, logdir: Path) -> dict:
     base = f"/datasets/{dataset['id']}/versions/{version['number']}"
 
     cp_s, plain_up, plain_down, torus_up, torus_down, peaks = [], [], [], [], [], []
-    hashing_up = []
+    hashing_up, retries = [], 0
     baseline_rss = _rss_kib(web.popen.pid, "VmRSS")
     for number in range(args.runs):  # interleaved, so every path sees the same machine
         target = work / f"cp-{number}.bin"
@@ -156,9 +156,18 @@ def run(args, logdir: Path) -> dict:
         hashing_up.append(_put(peer_hashing, f"/run-{number}.bin", source))
         (work / "plain" / f"run-{number}.bin").unlink()
 
-        _reset_peak(web.popen.pid)
         params = {"path": f"run-{number}.bin", "offset": 0, "total": size}
-        torus_up.append(_put(api, f"{base}/upload/", source, params=params))
+        for attempt in range(3):  # a database connection cut by someone else: run it again
+            _reset_peak(web.popen.pid)
+            try:
+                torus_up.append(_put(api, f"{base}/upload/", source, params=params))
+                break
+            except RuntimeError as exc:
+                if attempt == 2:
+                    raise
+                retries += 1
+                common.log(NAME, f"retrying after: {exc}")
+                api.delete(f"{base}/upload/", params={"path": params["path"]})
         peaks.append(_rss_kib(web.popen.pid, "VmHWM"))
         state = api.get(f"{base}/upload/", params={"path": f"run-{number}.bin"}).json()
         assert state["file"]["sha256"] == expected, state
@@ -205,6 +214,7 @@ def run(args, logdir: Path) -> dict:
         "torus_upload_seconds": [round(s, 3) for s in torus_up],
         "torus_download_seconds": [round(s, 3) for s in torus_down],
         "sha256_checked": True,
+        "upload_retries": retries,
         "environment": common.environment(),
         "server": "uvicorn config.asgi:application, 1 worker, as root",
     }
