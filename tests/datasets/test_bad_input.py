@@ -228,3 +228,22 @@ def test_register_refuses_hard_links(acme_storage):
     )
     assert response.status_code == 400
     assert "hard links" in response.json()["error"]["fields"]["path"][0]
+
+
+def test_a_second_writer_of_the_same_upload_is_refused(acme_storage):
+    import fcntl
+
+    from apps.datasets.storage import storage_for
+    from apps.datasets.storage.base import UploadOffsetMismatch
+
+    storage = storage_for("posix")
+    key = f"acme/acme-proj/datasets/{'d' * 8}/v1/f"
+    upload = storage.begin_upload(key=key)
+    storage.append(key=key, upload_id=upload, offset=0, chunks=[b"12"])
+    path = project_root(acme_storage.project) / "datasets" / ".uploads" / upload
+    with open(path, "ab") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # a request still writing
+        with pytest.raises(UploadOffsetMismatch) as excinfo:
+            storage.append(key=key, upload_id=upload, offset=2, chunks=[b"34"])
+        assert excinfo.value.stored == 2
+    assert storage.append(key=key, upload_id=upload, offset=2, chunks=[b"34"]) == 4

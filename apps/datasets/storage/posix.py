@@ -10,6 +10,7 @@ A sealed prefix loses its write bits; writes below a directory without them are 
 """
 
 import contextlib
+import fcntl
 import os
 import re
 import shutil
@@ -145,6 +146,10 @@ class PosixStorage(Storage):
         except FileNotFoundError:
             raise StorageError(f"no upload {upload_id} for {key}") from None
         try:
+            try:  # one writer at a time: a second request for the same upload is refused
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise UploadOffsetMismatch(stored=os.fstat(fd).st_size, offset=offset) from None
             stored = os.fstat(fd).st_size
             if stored != offset:
                 raise UploadOffsetMismatch(stored=stored, offset=offset)
