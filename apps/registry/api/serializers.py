@@ -1,5 +1,6 @@
 """Registry serializers: validate shapes here; the services validate meaning."""
 
+from django.utils import timezone
 from rest_framework import serializers
 
 from apps.core.api.serializers import StrictModelSerializer, StrictSerializer
@@ -171,7 +172,12 @@ class ModelVersionSerializer(serializers.ModelSerializer):
 
 
 def _iso(value) -> str | None:
-    return serializers.DateTimeField().to_representation(value) if value else None
+    """As DRF renders a datetime (in the current time zone, UTC as 'Z'), without making a
+    field object per value."""
+    if value is None:
+        return None
+    text = timezone.localtime(value).isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 
 class VersionCreateSerializer(StrictSerializer):
