@@ -165,7 +165,7 @@ const scenarios = {
     report.viewerOk = true;
   },
 
-  // The tenant admin console, every section, in both languages.
+  // The tenant admin console, every section, and the catalogue pages, in both languages.
   async admin(browser) {
     const sections = [
       ["members", "Members", "成员"],
@@ -179,6 +179,11 @@ const scenarios = {
     for (const lang of ["en", "zh"]) {
       const page = await newPage(browser, lang);
       await signIn(page, params.users.admin);
+      for (const [path, en, zh] of [["/datasets", "Datasets", "数据集"], ["/models", "Models", "模型"]]) {
+        await page.goto(`${base}${path}`);
+        await page.getByRole("heading", { name: lang === "en" ? en : zh, exact: true }).waitFor();
+        await visit(page, path.slice(1), lang);
+      }
       for (const [section, en, zh] of sections) {
         await page.goto(`${base}/console/${section}`);
         await page.getByRole("heading", { name: lang === "en" ? en : zh, exact: true }).waitFor();

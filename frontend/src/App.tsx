@@ -16,6 +16,8 @@ const SubmitPage = lazy(() => import("./pages/Submit"));
 const JobPage = lazy(() => import("./pages/Job"));
 const LogSearchPage = lazy(() => import("./pages/LogSearch"));
 const AdminPage = lazy(() => import("./pages/admin/Admin"));
+const DatasetsPage = lazy(() => import("./pages/Catalog").then((m) => ({ default: m.DatasetsPage })));
+const ModelsPage = lazy(() => import("./pages/Catalog").then((m) => ({ default: m.ModelsPage })));
 
 export function useProjects() {
   const { tenant } = useSession();
@@ -87,6 +89,8 @@ function Shell() {
     item("/jobs", "nav.jobs"),
     ...(can("job", "create") ? [item("/jobs/new", "nav.submit")] : []),
     item("/logs", "nav.logs"),
+    ...(can("dataset", "read") ? [item("/datasets", "nav.datasets")] : []),
+    ...(can("model", "read") ? [item("/models", "nav.models")] : []),
     {
       key: "admin",
       label: t("nav.admin"),
@@ -102,7 +106,7 @@ function Shell() {
     },
   ];
   const selected =
-    ["/jobs/new", "/jobs", "/logs", "/console/members", "/console/invitations", "/console/projects", "/console/quotas",
+    ["/jobs/new", "/jobs", "/logs", "/datasets", "/models", "/console/members", "/console/invitations", "/console/projects", "/console/quotas",
       "/console/tokens", "/console/audit", "/console/signatures"].find((p) => loc.pathname.startsWith(p)) ?? "/";
   const signOut = async () => {
     await api.POST("/api/v1/auth/logout");
@@ -145,6 +149,8 @@ function Shell() {
                 <Route path="/jobs/new" element={<SubmitPage />} />
                 <Route path="/jobs/:id" element={<JobPage />} />
                 <Route path="/logs" element={<LogSearchPage />} />
+                <Route path="/datasets" element={<DatasetsPage />} />
+                <Route path="/models" element={<ModelsPage />} />
                 <Route path="/invitations/accept" element={<InviteAcceptPage />} />
                 <Route path="/console/:section" element={<AdminPage />} />
                 <Route path="*" element={<Navigate to="/" replace />} />

@@ -50,7 +50,8 @@ def test_viewer_sees_no_action_they_may_not_take(browser_params, acme):
     assert seen["viewerOk"]
 
 
-def test_admin_console_in_both_languages(browser_params):
+def test_admin_console_and_catalogue_in_both_languages(browser_params):
     seen = run_browser("admin", browser_params)
     sections = ("members", "invitations", "projects", "quotas", "tokens", "audit", "signatures")
-    assert {f"admin-{s}.{lang}" for s in sections for lang in ("en", "zh")} <= set(seen["pages"])
+    pages = {f"admin-{s}" for s in sections} | {"datasets", "models"}
+    assert {f"{page}.{lang}" for page in pages for lang in ("en", "zh")} <= set(seen["pages"])
