@@ -4,7 +4,7 @@ same PostgreSQL in a database of its own), one client thread, keep-alive connect
 
   create_version  a new version with 20 metrics, 20 parameters, a dataset it came from and a
                   1 KiB artifact file uploaded through the server
-                  (Torus: POST versions, PUT the file, POST commit;
+                  (Torus: one multipart POST versions, metadata and file, committed;
                    MLflow: runs/create, runs/log-batch, runs/log-inputs, PUT the artifact,
                    model-versions/create)
   move_alias      point `production` at the next version (Torus: PUT aliases/production;
@@ -303,20 +303,18 @@ class TorusOps:
             "dataset_versions": ["bench-data:1"],
             "source_attempt": str(self.world["attempt"].pk),
         }
-        number = _ok(self.http.post(f"{self.base}/versions/", json=body))["number"]
-        _ok(
-            self.http.put(
-                f"{self.base}/versions/{number}/files/model/model.bin/",
-                params={"offset": 0},
-                content=ARTIFACT,
-                headers={"Content-Type": "application/octet-stream"},
+        # a small version in one request: metadata and the file, stored and committed
+        version = _ok(
+            self.http.post(
+                f"{self.base}/versions/",
+                data={"metadata": json.dumps(body)},
+                files={"file/model/model.bin": ("model.bin", ARTIFACT)},
             )
         )
-        version = _ok(self.http.post(f"{self.base}/versions/{number}/commit/"))
         if version["state"] != "ready":
-            raise RuntimeError(f"version {number} is {version['state']}")
-        self.requests["create_version"] = 3
-        return number
+            raise RuntimeError(f"version {version['number']} is {version['state']}")
+        self.requests["create_version"] = 1
+        return version["number"]
 
     def move_alias(self, number: int) -> None:
         _ok(self.http.put(f"{self.base}/aliases/production/", json={"version": number}))

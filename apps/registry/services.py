@@ -15,6 +15,7 @@ import stat
 from collections.abc import Iterable, Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import BinaryIO
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -443,6 +444,31 @@ def version_commit(*, actor: Actor, version: ModelVersion) -> ModelVersion:
             row.sha256, row.size, row.upload_id = digest.hexdigest(), size, ""
             row.save(update_fields=["sha256", "size", "upload_id", "updated_at"])
         return _finish(version, actor=actor)
+
+
+def version_create_with_files(
+    *, actor: Actor, model: RegisteredModel, files: list[tuple[str, BinaryIO]], **fields
+) -> ModelVersion:
+    """A small version in one call: created, its files stored, committed. Every path is
+    checked before anything is written."""
+    if not files:
+        raise ValidationError({"files": ["Give at least one file."]})
+    if len(files) > MAX_FILES:
+        raise ValidationError({"files": [f"At most {MAX_FILES} files."]})
+    for path, _ in files:
+        problem = file_path_problem(path)
+        if problem:
+            raise ValidationError({"files": [f"{path[:200]!r}: {problem}"]})
+    version = version_create(actor=actor, model=model, **fields)
+    for path, handle in files:
+        version_upload(
+            actor=actor,
+            version=version,
+            path=path,
+            offset=0,
+            chunks=iter(lambda handle=handle: handle.read(CHUNK_BYTES), b""),
+        )
+    return version_commit(actor=actor, version=version)
 
 
 # -- copying a directory of the tenant's tree in (the worker, as root) --------------------------

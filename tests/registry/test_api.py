@@ -371,3 +371,38 @@ def test_a_page_of_versions_costs_the_same_queries_however_many(acme, models_are
     assert full[-1]["metrics"] == {"acc": 1.0} and full[-1]["card"] == "# big card"
     detail = client.get(models_url(model["id"], "versions", 1)).json()
     assert detail["card"] == "# big card" and detail["aliases"] == ["production"]
+
+
+def test_a_small_version_in_one_request(acme, models_area):
+    import json
+
+    client = acme.client(Role.MEMBER)
+    model = create_model(client, acme.project)
+    metadata = {"framework": "onnx", "metrics": {"acc": 0.7}, "params": {"lr": "0.1"}}
+    response = client.post(
+        models_url(model["id"], "versions"),
+        {
+            "metadata": json.dumps(metadata),
+            "file/model.onnx": io.BytesIO(b"onnx bytes"),
+            "file/conf/labels.txt": io.BytesIO(b"cat\ndog\n"),
+        },
+        format="multipart",
+    )
+    assert response.status_code == 201, response.content
+    version = response.json()
+    assert (version["state"], version["file_count"], version["framework"]) == ("ready", 2, "onnx")
+    assert version["metrics"] == {"acc": 0.7}
+    files = client.get(models_url(model["id"], "versions", 1, "files")).json()
+    assert {f["path"]: f["sha256"] for f in files} == {
+        "conf/labels.txt": hashlib.sha256(b"cat\ndog\n").hexdigest(),
+        "model.onnx": hashlib.sha256(b"onnx bytes").hexdigest(),
+    }
+    for bad in ({"file/../x": io.BytesIO(b"x")}, {}, {"file/a": io.BytesIO(b"a"), "metadata": "{"}):
+        response = client.post(models_url(model["id"], "versions"), bad, format="multipart")
+        assert response.status_code == 400, (bad, response.content)
+    assert ModelVersion.objects.count() == 1
+    viewer = acme.client(Role.VIEWER)
+    response = viewer.post(
+        models_url(model["id"], "versions"), {"file/a": io.BytesIO(b"a")}, format="multipart"
+    )
+    assert response.status_code == 403

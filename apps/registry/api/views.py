@@ -1,8 +1,10 @@
 """Registry endpoints: /api/v1/models/... (versions, files, aliases, lineage, compare),
 /api/v1/webhooks/ and /api/v1/lineage/dataset-versions/{id}."""
 
+import json
 import tarfile
 import uuid
+from functools import partial
 
 from django.core.exceptions import ValidationError
 from django.http import Http404, HttpResponseRedirect, StreamingHttpResponse
@@ -10,7 +12,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status
 from rest_framework.decorators import action
-from rest_framework.parsers import JSONParser
+from rest_framework.parsers import JSONParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -89,7 +91,7 @@ class RegisteredModelViewSet(
     serializer_class = RegisteredModelSerializer
     filterset_fields = ["project", "name"]
     ordering_fields = ["name", "created_at"]
-    parser_classes = [JSONParser, OctetStreamParser]
+    parser_classes = [JSONParser, MultiPartParser, OctetStreamParser]
 
     # -- models ---------------------------------------------------------------------------------
 
@@ -163,7 +165,21 @@ class RegisteredModelViewSet(
             return self.get_paginated_response(
                 ModelVersionSerializer(page, many=True, context=context).data
             )
-        serializer = VersionCreateSerializer(data=request.data)
+        files = None
+        body = request.data
+        if request.content_type.startswith("multipart/form-data"):
+            # a small version in one request: `metadata` (the JSON below) and `file/<path>`
+            # parts, created, stored and committed (under the API's body limit)
+            try:
+                body = json.loads(request.data.get("metadata") or "{}")
+            except ValueError:
+                raise ValidationError({"metadata": ["Not JSON."]}) from None
+            files = [
+                (name[len("file/") :], handle)
+                for name, handle in request.FILES.items()
+                if name.startswith("file/")
+            ]
+        serializer = VersionCreateSerializer(data=body)
         serializer.is_valid(raise_exception=True)
         data = dict(serializer.validated_data)
         attempt = None
@@ -178,7 +194,12 @@ class RegisteredModelViewSet(
             )
             if attempt is None:
                 raise ValidationError({"source_attempt": ["Job attempt not found."]})
-        version = services.version_create(
+        create = services.version_create
+        if files is not None:
+            if data.get("path"):
+                raise ValidationError({"path": ["Upload files or name a path, not both."]})
+            create = partial(services.version_create_with_files, files=files)
+        version = create(
             actor=self.actor,
             model=model,
             framework=data.get("framework", ""),
