@@ -165,6 +165,26 @@ const scenarios = {
     report.viewerOk = true;
   },
 
+  // A job waits on a project quota; the tenant admin raises it in the console; the job starts
+  // and its page says so live.
+  async quota(browser) {
+    const page = await newPage(browser, "en");
+    await signIn(page, params.users.admin);
+    await page.goto(`${base}/jobs/${params.jobId}`);
+    await page.getByTestId("why-waiting").filter({ hasText: "0 of 0 jobs running" }).waitFor({ timeout: 60_000 });
+    report.waitingSaid = await page.getByTestId("why-waiting").innerText();
+    await page.goto(`${base}/console/quotas`);
+    await page.getByTestId("quota-edit").first().click();
+    const dialog = page.getByRole("dialog");
+    await dialog.getByLabel("Running jobs").fill("1");
+    await dialog.getByRole("button", { name: "Save" }).click();
+    await dialog.waitFor({ state: "hidden" });
+    await page.getByRole("cell", { name: "1", exact: true }).first().waitFor();
+    await page.goto(`${base}/jobs/${params.jobId}`);
+    await page.getByTestId("job-state").filter({ hasText: /RUNNING|SUCCEEDED/ }).first().waitFor({ timeout: 120_000 });
+    report.stateAfter = await page.getByTestId("job-state").first().innerText();
+  },
+
   // The tenant admin console, every section, and the catalogue pages, in both languages.
   async admin(browser) {
     const sections = [

@@ -50,6 +50,28 @@ def test_viewer_sees_no_action_they_may_not_take(browser_params, acme):
     assert seen["viewerOk"]
 
 
+def test_admin_raises_a_quota_and_the_waiting_job_starts(
+    browser_params, acme, control_loop, shipper_loop
+):
+    from apps.jobs.models import Job
+    from apps.quotas.models import Quota
+    from tests.conftest import bearer_client
+
+    quota = Quota.objects.create(tenant=acme.tenant, project=acme.project, running_jobs=0)
+    response = bearer_client(acme.tokens[Role.MEMBER]).post(
+        "/api/v1/jobs/",
+        {"project": str(acme.project.id), "name": "waits", "command": ["sleep", "1"]},
+        format="json",
+    )
+    assert response.status_code == 201, response.content
+    job_id = response.json()["id"]
+    seen = run_browser("quota", {**browser_params, "jobId": job_id})
+    assert "0 of 0 jobs running" in seen["waitingSaid"]
+    quota.refresh_from_db()
+    assert quota.running_jobs == 1
+    assert Job.objects.get(pk=job_id).state in {"SUBMITTED", "RUNNING", "SUCCEEDED"}
+
+
 def test_admin_console_and_catalogue_in_both_languages(browser_params):
     seen = run_browser("admin", browser_params)
     sections = ("members", "invitations", "projects", "quotas", "tokens", "audit", "signatures")
