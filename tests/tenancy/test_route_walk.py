@@ -8,6 +8,7 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from django.utils import timezone
 
 from apps.compute.models import AcceleratorType
+from apps.datasets.models import Dataset, DatasetVersion
 from apps.jobs.models import Job, JobEvent
 from apps.logs.models import FailureSignature
 from apps.quotas.models import Quota
@@ -39,16 +40,31 @@ def api_route_names() -> list[tuple[str, bool]]:
             if isinstance(entry, URLResolver):
                 walk(entry.url_patterns, route)
             elif isinstance(entry, URLPattern) and route.startswith("api/v1/") and entry.name:
-                found.append((entry.name, "(?P<pk>" in route or "<pk>" in route))
+                takes = any(f"(?P<{k}>" in route or f"<{k}>" in route for k in ("pk", "dataset_pk"))
+                found.append((entry.name, takes))
 
     walk(get_resolver().url_patterns, "")
     return sorted(set(found))
 
 
+def route_kwargs(name: str, objects: dict) -> dict:
+    """The URL kwargs of an object route: its object's pk, or for the routes nested under a
+    dataset (`datasets/{dataset_pk}/versions/{number}/...`) the dataset and the number."""
+    basename = name.rsplit("-", 1)[0]
+    if basename == "dataset-version":
+        version = objects["dataset-version"]
+        kwargs = {"dataset_pk": version.dataset_id}
+        return kwargs if name.endswith("-list") else {**kwargs, "number": version.number}
+    return {"pk": objects[basename].pk}
+
+
 def acme_objects(acme, cluster) -> dict:
     """One acme object per resource basename; a new detail route must add its own here."""
     job = make_job(project=acme.project, user=acme.users[Role.MEMBER], cluster=cluster)
+    dataset = Dataset.objects.create(tenant=acme.tenant, project=acme.project, name="acme-data")
     return {
+        "dataset": dataset,
+        "dataset-version": DatasetVersion.objects.create(dataset=dataset, number=1),
         "job": job,
         "failure-signature": FailureSignature.objects.create(
             tenant=acme.tenant, name="acme-oom", query="out of memory"
@@ -98,6 +114,8 @@ def acme_state(acme) -> list:
         JobEvent,
         Quota,
         FailureSignature,
+        Dataset,
+        DatasetVersion,
     ):
         path = model.tenant_path
         rows += list(model.objects.filter(**{path: acme.tenant.id}).order_by("pk").values())
@@ -122,7 +140,7 @@ def test_other_tenant_gets_404_on_every_object_route(acme, globex, cluster):
             continue
         basename = name.rsplit("-", 1)[0]
         assert basename in objects, f"route {name} has no acme object in acme_objects()"
-        url = reverse(name, kwargs={"pk": objects[basename].pk})
+        url = reverse(name, kwargs=route_kwargs(name, objects))
         for method in METHODS:
             response = getattr(intruder, method)(url, {}, format="json")
             if response.status_code == 405:
@@ -162,7 +180,7 @@ def test_anonymous_gets_401_on_every_route(acme, cluster):
     for name, takes_pk in api_route_names():
         if name in PUBLIC_ROUTES:
             continue
-        kwargs = {"pk": objects[name.rsplit("-", 1)[0]].pk} if takes_pk else {}
+        kwargs = route_kwargs(name, objects) if takes_pk else {}
         url = reverse(name, kwargs=kwargs)
         for method in METHODS:
             response = getattr(anonymous, method)(url, {}, format="json")
@@ -187,6 +205,7 @@ CREATE_BODIES = {
     "job-batch": lambda acme: {
         "jobs": [{"project": str(acme.project.pk), "name": "x", "command": ["true"]}]
     },
+    "dataset-list": lambda acme: {"project": str(acme.project.pk), "name": "intruder"},
     "project-member-list": lambda acme: {
         "project": str(acme.project.pk),
         "user": acme.users[Role.VIEWER].username,

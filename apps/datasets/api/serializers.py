@@ -46,7 +46,7 @@ class DatasetUpdateSerializer(StrictSerializer):
     description = serializers.CharField(allow_blank=True)
 
 
-class VersionSerializer(serializers.ModelSerializer):
+class DatasetVersionSerializer(serializers.ModelSerializer):
     dataset = serializers.UUIDField(source="dataset_id", read_only=True)
     dataset_name = serializers.CharField(source="dataset.name", read_only=True)
     ref = serializers.SerializerMethodField()
@@ -78,45 +78,45 @@ class VersionSerializer(serializers.ModelSerializer):
         return f"{version.dataset.name}:{version.number}"
 
 
-class VersionCreateSerializer(StrictSerializer):
+class DatasetVersionCreateSerializer(StrictSerializer):
     notes = serializers.CharField(required=False, allow_blank=True, default="")
     storage_kind = serializers.ChoiceField(choices=StorageKind.choices, required=False)
 
 
-class RegisterSerializer(StrictSerializer):
+class DatasetRegisterSerializer(StrictSerializer):
     path = serializers.CharField(max_length=4096, trim_whitespace=False)
 
 
-class FileSerializer(serializers.ModelSerializer):
+class DatasetFileSerializer(serializers.ModelSerializer):
     class Meta:
         model = DatasetFile
         fields = ["path", "size", "sha256"]
         read_only_fields = fields
 
 
-class PathQuerySerializer(StrictSerializer):
+class DatasetPathQuerySerializer(StrictSerializer):
     path = serializers.CharField(max_length=4096, trim_whitespace=False)
 
 
-class UploadQuerySerializer(StrictSerializer):
+class DatasetUploadQuerySerializer(StrictSerializer):
     path = serializers.CharField(max_length=4096, trim_whitespace=False)
     offset = serializers.IntegerField(min_value=0)
     total = serializers.IntegerField(min_value=0)
 
 
-class UploadStateSerializer(serializers.Serializer):
+class DatasetUploadStateSerializer(serializers.Serializer):
     path = serializers.CharField()
     offset = serializers.IntegerField()
     complete = serializers.BooleanField()
-    file = FileSerializer(allow_null=True)
+    file = DatasetFileSerializer(allow_null=True)
 
 
-class CompareQuerySerializer(StrictSerializer):
+class DatasetCompareQuerySerializer(StrictSerializer):
     a = serializers.IntegerField(min_value=1)
     b = serializers.IntegerField(min_value=1)
 
 
-class CompareSerializer(serializers.Serializer):
+class DatasetCompareSerializer(serializers.Serializer):
     a = serializers.IntegerField()
     b = serializers.IntegerField()
     added = serializers.ListField(child=serializers.CharField())
@@ -125,7 +125,7 @@ class CompareSerializer(serializers.Serializer):
     unchanged = serializers.IntegerField()
 
 
-class VerifySerializer(serializers.Serializer):
+class DatasetVerifySerializer(serializers.Serializer):
     ok = serializers.BooleanField()
     checked = serializers.IntegerField()
     missing = serializers.ListField(child=serializers.CharField())

@@ -29,19 +29,19 @@ from apps.core.exceptions import Conflict
 from apps.core.streaming import BodyInterrupted, async_chunks
 from apps.datasets import selectors, services
 from apps.datasets.api.serializers import (
-    CompareQuerySerializer,
-    CompareSerializer,
+    DatasetCompareQuerySerializer,
+    DatasetCompareSerializer,
     DatasetCreateSerializer,
+    DatasetFileSerializer,
+    DatasetPathQuerySerializer,
+    DatasetRegisterSerializer,
     DatasetSerializer,
     DatasetUpdateSerializer,
-    FileSerializer,
-    PathQuerySerializer,
-    RegisterSerializer,
-    UploadQuerySerializer,
-    UploadStateSerializer,
-    VerifySerializer,
-    VersionCreateSerializer,
-    VersionSerializer,
+    DatasetUploadQuerySerializer,
+    DatasetUploadStateSerializer,
+    DatasetVerifySerializer,
+    DatasetVersionCreateSerializer,
+    DatasetVersionSerializer,
 )
 from apps.datasets.models import Dataset, DatasetFile, DatasetVersion, VersionState
 from apps.datasets.paths import file_path_problem
@@ -138,13 +138,13 @@ class DatasetViewSet(
             OpenApiParameter("a", OpenApiTypes.INT, required=True),
             OpenApiParameter("b", OpenApiTypes.INT, required=True),
         ],
-        responses=CompareSerializer,
+        responses=DatasetCompareSerializer,
     )
     @action(detail=True, methods=["get"], policy_action="read")
     def compare(self, request, pk=None):
         """Files added, removed and changed (by sha256) from version a to version b."""
         dataset = self.get_object()
-        params = CompareQuerySerializer(data=request.query_params)
+        params = DatasetCompareQuerySerializer(data=request.query_params)
         params.is_valid(raise_exception=True)
         a, b = params.validated_data["a"], params.validated_data["b"]
         versions = {v.number: v for v in dataset.versions.filter(number__in=[a, b])}
@@ -160,7 +160,7 @@ class DatasetVersionViewSet(CodedConflictMixin, mixins.ListModelMixin, TenantSco
     queryset = DatasetVersion.objects.select_related(
         "dataset__project__tenant", "created_by"
     ).order_by("number")
-    serializer_class = VersionSerializer
+    serializer_class = DatasetVersionSerializer
     lookup_field = "number"
     lookup_value_regex = "[0-9]+"
     ordering = ["number"]
@@ -196,14 +196,16 @@ class DatasetVersionViewSet(CodedConflictMixin, mixins.ListModelMixin, TenantSco
         return super().list(request, *args, **kwargs)
 
     def retrieve(self, request, *args, **kwargs):
-        return Response(VersionSerializer(self.get_object()).data)
+        return Response(DatasetVersionSerializer(self.get_object()).data)
 
-    @extend_schema(request=VersionCreateSerializer, responses={201: VersionSerializer})
+    @extend_schema(
+        request=DatasetVersionCreateSerializer, responses={201: DatasetVersionSerializer}
+    )
     def create(self, request, *args, **kwargs):
         """Open the next version (then upload or register files, then commit)."""
         dataset = self.get_dataset()
         self.check_object_permissions(request, dataset)
-        body = VersionCreateSerializer(data=request.data)
+        body = DatasetVersionCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         version = services.version_create(
             actor=self.actor,
@@ -211,7 +213,7 @@ class DatasetVersionViewSet(CodedConflictMixin, mixins.ListModelMixin, TenantSco
             notes=body.validated_data["notes"],
             storage_kind=body.validated_data.get("storage_kind"),
         )
-        return Response(VersionSerializer(version).data, status=status.HTTP_201_CREATED)
+        return Response(DatasetVersionSerializer(version).data, status=status.HTTP_201_CREATED)
 
     def destroy(self, request, *args, **kwargs):
         """Discard an open version and its files (a committed one never changes: 409)."""
@@ -228,12 +230,12 @@ class DatasetVersionViewSet(CodedConflictMixin, mixins.ListModelMixin, TenantSco
             OpenApiParameter("total", OpenApiTypes.INT, required=True),
         ],
         request={"application/octet-stream": OpenApiTypes.BINARY},
-        responses=UploadStateSerializer,
+        responses=DatasetUploadStateSerializer,
     )
     @extend_schema(
         methods=["GET", "DELETE"],
         parameters=[OpenApiParameter("path", OpenApiTypes.STR, required=True)],
-        responses=UploadStateSerializer,
+        responses=DatasetUploadStateSerializer,
     )
     @action(detail=True, methods=["get", "put", "delete"], policy_action="upload")
     def upload(self, request, **kwargs):
@@ -241,7 +243,7 @@ class DatasetVersionViewSet(CodedConflictMixin, mixins.ListModelMixin, TenantSco
         stored offset to resume from; DELETE: drop the unfinished upload."""
         version = self.get_object()
         if request.method == "PUT":
-            params = UploadQuerySerializer(data=request.query_params)
+            params = DatasetUploadQuerySerializer(data=request.query_params)
             params.is_valid(raise_exception=True)
             raw = request.META.get("CONTENT_LENGTH")
             if not raw or not raw.isdigit():
@@ -257,37 +259,37 @@ class DatasetVersionViewSet(CodedConflictMixin, mixins.ListModelMixin, TenantSco
                 length=length,
                 chunks=_body_chunks(request._request, length),
             )
-            return Response(UploadStateSerializer(state).data)
-        params = PathQuerySerializer(data=request.query_params)
+            return Response(DatasetUploadStateSerializer(state).data)
+        params = DatasetPathQuerySerializer(data=request.query_params)
         params.is_valid(raise_exception=True)
         path = params.validated_data["path"]
         if request.method == "DELETE":
             services.upload_abort(version=version, path=path)
         state = services.upload_state(version=version, path=path)
-        return Response(UploadStateSerializer(state).data)
+        return Response(DatasetUploadStateSerializer(state).data)
 
-    @extend_schema(request=RegisterSerializer, responses=VersionSerializer)
+    @extend_schema(request=DatasetRegisterSerializer, responses=DatasetVersionSerializer)
     @action(detail=True, methods=["post"], policy_action="upload")
     def register(self, request, **kwargs):
         """Copy a directory of the project's tree into this open version (hashing on the way)."""
         version = self.get_object()
-        body = RegisterSerializer(data=request.data)
+        body = DatasetRegisterSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         version = services.version_register_directory(
             actor=self.actor, version=version, path=body.validated_data["path"]
         )
-        return Response(VersionSerializer(version).data)
+        return Response(DatasetVersionSerializer(version).data)
 
-    @extend_schema(request=None, responses=VersionSerializer)
+    @extend_schema(request=None, responses=DatasetVersionSerializer)
     @action(detail=True, methods=["post"], policy_action="commit")
     def commit(self, request, **kwargs):
         """Make the version immutable (manifest fixed, files sealed); exactly once."""
         version = services.version_commit(actor=self.actor, version=self.get_object())
-        return Response(VersionSerializer(version).data)
+        return Response(DatasetVersionSerializer(version).data)
 
     # -- reading ---------------------------------------------------------------------------------
 
-    @extend_schema(responses=FileSerializer(many=True))
+    @extend_schema(responses=DatasetFileSerializer(many=True))
     @action(detail=True, methods=["get"], policy_action="read")
     def files(self, request, **kwargs):
         """The manifest: path, size and sha256 of every file, by path."""
@@ -295,9 +297,9 @@ class DatasetVersionViewSet(CodedConflictMixin, mixins.ListModelMixin, TenantSco
         queryset = DatasetFile.objects.filter(version=version).order_by("path")
         self.ordering = ["path"]
         page = self.paginate_queryset(queryset)
-        return self.get_paginated_response(FileSerializer(page, many=True).data)
+        return self.get_paginated_response(DatasetFileSerializer(page, many=True).data)
 
-    @extend_schema(request=None, responses=VerifySerializer)
+    @extend_schema(request=None, responses=DatasetVerifySerializer)
     @action(detail=True, methods=["post"], policy_action="read")
     def verify(self, request, **kwargs):
         """Read every file back: missing, changed and unexpected files against the manifest."""
@@ -311,7 +313,7 @@ class DatasetVersionViewSet(CodedConflictMixin, mixins.ListModelMixin, TenantSco
     def download(self, request, **kwargs):
         """One file, streamed; a `Range: bytes=a-b` header gets that part (206)."""
         version = self.get_object()
-        params = PathQuerySerializer(data=request.query_params)
+        params = DatasetPathQuerySerializer(data=request.query_params)
         params.is_valid(raise_exception=True)
         path = params.validated_data["path"]
         problem = file_path_problem(path)
