@@ -3,13 +3,21 @@
 Runs under a row lock on the tenant, so concurrent submissions are admitted one after the
 other and can never together exceed a quota. Order: fair between projects (least GPU use in
 the recent window first, round-robin), then priority and age within a project.
+
+A cluster whose config says `"tenant_gpu_quota": "slurm"` enforces the tenant-wide GPU quota
+itself: the dispatcher keeps the tenant's Slurm account at GrpTRES=gres/gpu=<quota> and
+admission does not hold jobs for that one limit, so Slurm starts (and backfills) a tenant's
+jobs the moment its GPUs free up instead of after a reconcile-admit-dispatch round trip
+(bench/scheduling.py measured the difference; docs/jobs.md "Scheduling").
 """
 
+import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db import transaction
 from django.db.models import Count, Sum
 from django.utils import timezone
@@ -27,6 +35,12 @@ from apps.quotas.selectors import gpu_seconds_by_project, gpu_seconds_by_project
 from apps.tenancy.models import Tenant
 
 RESOURCES = [("gpus", "GPUs"), ("cpus", "CPUs"), ("memory_mb", "MiB of memory")]
+SLURM_ENFORCED = "slurm"  # Cluster.config["tenant_gpu_quota"]: the cluster holds that limit
+logger = logging.getLogger(__name__)
+
+
+def cluster_enforces_tenant_gpus(cluster) -> bool:
+    return cluster is not None and (cluster.config or {}).get("tenant_gpu_quota") == SLURM_ENFORCED
 
 
 @dataclass
@@ -128,6 +142,12 @@ def blocking_reason(job: Job, quotas: list[Quota], books: Books) -> str:
         used = books.by_scope[scope]
         for name, words in RESOURCES:
             limit = getattr(quota, name)
+            if (
+                name == "gpus"
+                and scope == ("tenant",)
+                and cluster_enforces_tenant_gpus(job.cluster)
+            ):
+                continue  # Slurm holds this one (the tenant account's GrpTRES)
             if limit is not None and getattr(used, name) + getattr(job, name) > limit:
                 return (
                     f"{quota.scope_label}: {getattr(used, name)} of {limit} {words} in use"
@@ -176,7 +196,7 @@ def admit_tenant(*, tenant_id) -> list[Job]:
         pending = list(
             Job.objects.select_for_update(skip_locked=not quotas, of=("self",))
             .filter(tenant_id=tenant_id, state=State.PENDING)
-            .select_related("tenant")
+            .select_related("tenant", "cluster")
         )
         if not pending:
             return []
@@ -218,3 +238,24 @@ def admit_tenant(*, tenant_id) -> list[Job]:
             for cluster_id in {job.cluster_id for job in admitted}:
                 transaction.on_commit(lambda c=cluster_id: request_dispatch(c))
     return admitted
+
+
+def tenant_gpu_limit_sync(*, cluster, backend, tenant) -> None:
+    """On a cluster that enforces the tenant GPU quota (see the module's docstring), set the
+    tenant's Slurm account to GrpTRES=gres/gpu=<quota> (unlimited without one). The value last
+    set is remembered in the cache, so a dispatch pass calls sacctmgr only after a change."""
+    if not cluster_enforces_tenant_gpus(cluster):
+        return
+    from apps.identity.services import group_name
+
+    gpus = (
+        Quota.objects.filter(tenant=tenant, project=None, user=None)
+        .values_list("gpus", flat=True)
+        .first()
+    )
+    key = f"torus:tenant-gpu-limit:{cluster.pk}:{tenant.pk}"
+    if cache.get(key) == ("set", gpus):
+        return
+    backend.account_gpu_limit(account=group_name(tenant=tenant), gpus=gpus)
+    cache.set(key, ("set", gpus), timeout=600)
+    logger.info("tenant %s on %s: GrpTRES gres/gpu=%s", tenant.slug, cluster.name, gpus)

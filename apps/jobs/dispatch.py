@@ -23,7 +23,6 @@ from apps.identity.directory import DirectoryUnavailable
 from apps.identity.services import IdentityError, JobIdentity, job_identity
 from apps.identity.storage import StorageError, job_tree_ensure, project_tree_ensure
 from apps.jobs import paths
-from apps.jobs.admission import tenant_gpu_limit_sync
 from apps.jobs.datasets import attempt_datasets_prepare, plan_path
 from apps.jobs.inference import attempt_model_prepare, model_path, output_dir
 from apps.jobs.models import AttemptState, Job, JobAttempt
@@ -46,6 +45,8 @@ def prepare(attempt: JobAttempt, *, cluster: Cluster, backend, known: dict) -> J
     identity = known.get(key)
     if identity is None:
         identity = job_identity(job=job, backend=backend, cluster=cluster)
+        from apps.jobs.admission import tenant_gpu_limit_sync  # here: an import cycle at the top
+
         tenant_gpu_limit_sync(cluster=cluster, backend=backend, tenant=job.tenant)
         project_tree_ensure(
             project=job.project, tenant_gid=identity.tenant_gid, project_gid=identity.gid

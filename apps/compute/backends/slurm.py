@@ -366,6 +366,19 @@ class SlurmBackend:
         if user not in found.split():
             raise SubmitRejected(f"no Slurm association for {user} in {account}: {errors}")
 
+    def account_gpu_limit(self, *, account: str, gpus: int | None) -> None:
+        """GrpTRES gres/gpu of an account (None: unlimited); takes effect where the cluster
+        enforces limits (AccountingStorageEnforce=limits)."""
+        value = "-1" if gpus is None else str(int(gpus))
+        try:
+            self._run(
+                ["sacctmgr", "-i", "modify", "account", "where", f"name={account}", "set",
+                 f"GrpTRES=gres/gpu={value}"]
+            )  # fmt: skip
+        except SubmitRejected as exc:  # exits 1 with "Nothing modified" when already so
+            if "nothing" not in str(exc).lower():
+                raise
+
 
 def parse_gres(text: str) -> dict[str, dict[str, int]]:
     """'gpu:a100:4(S:0-1),gpu:2' -> {'gpu': {'a100': 4, '': 2}} (counts only)."""
