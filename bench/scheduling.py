@@ -582,6 +582,8 @@ def main() -> int:
     try:
         slurm.up()
         django_setup()
+        from django.db import connections
+
         env_start = environment()
         ctx = torus_setup(slurm, capacity) if any(p.startswith("torus") for p in phases) else None
         quotas = (
@@ -590,6 +592,7 @@ def main() -> int:
         slurm.accounts(quotas, limits=False)
         raw, platform = {}, {}
         for phase in phases:
+            connections.close_all()  # a new connection each phase (a server restart between)
             slurm.mode(SLURM_MODE.get(phase, "backfill"))
             if phase.startswith("torus"):
                 quota_mode(ctx, slurm, in_slurm=phase == "torus-limits")
@@ -678,6 +681,9 @@ def main() -> int:
         if not args.keep_cluster:
             slurm.stop()
             try:
+                from django.db import connections
+
+                connections.close_all()
                 forget_cluster()
             except Exception as exc:  # reported; the result line still comes
                 log(f"could not remove the cluster row {CLUSTER_NAME}: {exc}")
