@@ -199,7 +199,7 @@ const scenarios = {
     for (const lang of ["en", "zh"]) {
       const page = await newPage(browser, lang);
       await signIn(page, params.users.admin);
-      for (const [path, en, zh] of [["/datasets", "Datasets", "数据集"], ["/models", "Models", "模型"]]) {
+      for (const [path, en, zh] of [["/datasets", "Datasets", "数据集"], ["/models", "Models", "模型"], ["/clusters", "Clusters", "集群"]]) {
         await page.goto(`${base}${path}`);
         await page.getByRole("heading", { name: lang === "en" ? en : zh, exact: true }).waitFor();
         await visit(page, path.slice(1), lang);

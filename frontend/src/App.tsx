@@ -16,6 +16,7 @@ const SubmitPage = lazy(() => import("./pages/Submit"));
 const JobPage = lazy(() => import("./pages/Job"));
 const LogSearchPage = lazy(() => import("./pages/LogSearch"));
 const AdminPage = lazy(() => import("./pages/admin/Admin"));
+const ClustersPage = lazy(() => import("./pages/Clusters"));
 const DatasetsPage = lazy(() => import("./pages/Catalog").then((m) => ({ default: m.DatasetsPage })));
 const ModelsPage = lazy(() => import("./pages/Catalog").then((m) => ({ default: m.ModelsPage })));
 
@@ -91,6 +92,7 @@ function Shell() {
     item("/logs", "nav.logs"),
     ...(can("dataset", "read") ? [item("/datasets", "nav.datasets")] : []),
     ...(can("model", "read") ? [item("/models", "nav.models")] : []),
+    item("/clusters", "nav.clusters"),
     {
       key: "admin",
       label: t("nav.admin"),
@@ -106,7 +108,7 @@ function Shell() {
     },
   ];
   const selected =
-    ["/jobs/new", "/jobs", "/logs", "/datasets", "/models", "/console/members", "/console/invitations", "/console/projects", "/console/quotas",
+    ["/jobs/new", "/jobs", "/logs", "/datasets", "/models", "/clusters", "/console/members", "/console/invitations", "/console/projects", "/console/quotas",
       "/console/tokens", "/console/audit", "/console/signatures"].find((p) => loc.pathname.startsWith(p)) ?? "/";
   const signOut = async () => {
     await api.POST("/api/v1/auth/logout");
@@ -151,6 +153,7 @@ function Shell() {
                 <Route path="/logs" element={<LogSearchPage />} />
                 <Route path="/datasets" element={<DatasetsPage />} />
                 <Route path="/models" element={<ModelsPage />} />
+                <Route path="/clusters" element={<ClustersPage />} />
                 <Route path="/invitations/accept" element={<InviteAcceptPage />} />
                 <Route path="/console/:section" element={<AdminPage />} />
                 <Route path="*" element={<Navigate to="/" replace />} />

@@ -75,5 +75,5 @@ def test_admin_raises_a_quota_and_the_waiting_job_starts(
 def test_admin_console_and_catalogue_in_both_languages(browser_params):
     seen = run_browser("admin", browser_params)
     sections = ("members", "invitations", "projects", "quotas", "tokens", "audit", "signatures")
-    pages = {f"admin-{s}" for s in sections} | {"datasets", "models"}
+    pages = {f"admin-{s}" for s in sections} | {"datasets", "models", "clusters"}
     assert {f"{page}.{lang}" for page in pages for lang in ("en", "zh")} <= set(seen["pages"])

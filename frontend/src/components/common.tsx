@@ -1,5 +1,6 @@
 import { Alert, Button, Empty, Result, Spin, Tag } from "antd";
 import type { ReactNode } from "react";
+import dayjs from "dayjs";
 import { ApiError, type JobState } from "../api/client";
 import { useI18n } from "../i18n";
 
@@ -61,7 +62,8 @@ export function Forbidden({ text }: { text: string }) {
   return <Result status="403" subTitle={text} />;
 }
 
+/** A time in the viewer's time zone, the same shape in every language. */
 export function fmtTime(iso: string | null | undefined): string {
   if (!iso) return "—";
-  return new Date(iso).toLocaleString();
+  return dayjs(iso).format("YYYY-MM-DD HH:mm:ss");
 }
