@@ -116,11 +116,6 @@ def deliver_once(*, url: str, secret: str, event: str, delivery_id: str, payload
     timestamp = int(time.time())
     parts = urlsplit(url)
     host = parts.hostname
-    address = addresses[0]
-    netloc = f"[{address}]" if ":" in address else address
-    if parts.port:
-        netloc += f":{parts.port}"
-    pinned = urlunsplit((parts.scheme, netloc, parts.path or "/", parts.query, ""))
     headers = {
         "Host": parts.netloc.rsplit("@", 1)[-1],
         "Content-Type": "application/json",
@@ -131,13 +126,24 @@ def deliver_once(*, url: str, secret: str, event: str, delivery_id: str, payload
         "X-Torus-Signature": sign(secret=secret, timestamp=timestamp, body=body),
     }
     extensions = {"sni_hostname": host} if parts.scheme == "https" else {}
-    try:
-        with httpx.Client(
-            timeout=settings.TORUS_WEBHOOK_TIMEOUT_SECONDS, follow_redirects=False, trust_env=False
-        ) as client:
-            response = client.post(pinned, content=body, headers=headers, extensions=extensions)
-    except httpx.HTTPError as exc:
-        return TryResult(ok=False, error=f"{type(exc).__name__}: {exc}"[:500])
+    response = None
+    with httpx.Client(
+        timeout=settings.TORUS_WEBHOOK_TIMEOUT_SECONDS, follow_redirects=False, trust_env=False
+    ) as client:
+        for address in addresses:  # each checked above; the next when one cannot be reached
+            netloc = f"[{address}]" if ":" in address else address
+            if parts.port:
+                netloc += f":{parts.port}"
+            pinned = urlunsplit((parts.scheme, netloc, parts.path or "/", parts.query, ""))
+            try:
+                response = client.post(pinned, content=body, headers=headers, extensions=extensions)
+                break
+            except httpx.ConnectError as exc:
+                error = f"{type(exc).__name__}: {exc}"[:500]
+            except httpx.HTTPError as exc:
+                return TryResult(ok=False, error=f"{type(exc).__name__}: {exc}"[:500])
+    if response is None:
+        return TryResult(ok=False, error=error)
     if 200 <= response.status_code < 300:
         return TryResult(ok=True, status=response.status_code)
     return TryResult(

@@ -48,8 +48,10 @@ class Receiver:
         self.thread.start()
 
     def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+        if self.thread.is_alive():
+            self.server.shutdown()
+            self.server.server_close()
+            self.thread.join(timeout=5)
 
 
 @pytest.fixture
@@ -273,3 +275,22 @@ def test_another_tenants_webhooks_are_not_found(acme, globex, settings):
     assert stranger.delete(url).status_code == 404
     assert stranger.get("/api/v1/webhooks/").json()["results"] == []
     assert Webhook.objects.get().active
+
+
+def test_an_unreachable_receiver_is_retried_then_failed(
+    acme, models_area, celery_worker, receiver, settings
+):
+    settings.TORUS_WEBHOOK_ALLOW_PRIVATE = True
+    settings.TORUS_WEBHOOK_BACKOFF_SECONDS = 0
+    settings.TORUS_WEBHOOK_MAX_ATTEMPTS = 2
+    site = receiver()
+    url = site.url
+    site.close()  # nothing listens there any more
+    add_hook(acme, url, events=["model_version.created"])
+    client = acme.client(Role.MEMBER)
+    model = create_model(client, acme.project)
+    upload_version(client, model["id"], {"w.bin": b"w"})
+    wait_for(settled(count=1))
+    delivery = WebhookDelivery.objects.get()
+    assert (delivery.state, delivery.attempts, delivery.response_code) == ("failed", 2, None)
+    assert "ConnectError" in delivery.error
