@@ -185,12 +185,22 @@ def _pct(values: list[float], q: float) -> float | None:
 
 
 def phase_metrics(
-    plan: list[ReplayJob], runs: dict, *, capacity: int, t0: float, deadline: float, scale: float
+    plan: list[ReplayJob],
+    runs: dict,
+    *,
+    capacity: int,
+    t0: float,
+    deadline: float,
+    scale: float,
+    window_s: float | None = None,
 ) -> dict:
     """runs: {index: (submitted, start or None, end or None)}, real epoch seconds. `scale`
-    turns real seconds into trace hours (compression / 3600)."""
+    turns real seconds into trace hours (compression / 3600); `window_s`, the replay's length,
+    adds the allocation while jobs arrive (before the drain's long tail)."""
     jct, delay, slow = [], [], {}
     held, never, finished, last_end = 0.0, 0, 0, t0
+    window_end = t0 + (window_s or 0)
+    held_window = 0.0
     for job in plan:
         submitted, start, end = runs.get(job.index, (None, None, None))
         if submitted is None or not start:
@@ -198,6 +208,7 @@ def phase_metrics(
             continue
         stop = min(end, deadline) if end else deadline
         held += job.gpus * max(0.0, stop - start)
+        held_window += job.gpus * max(0.0, min(stop, window_end) - start)
         delay.append(max(0.0, start - submitted))
         if end:
             finished += 1
@@ -216,6 +227,9 @@ def phase_metrics(
         "finished": finished,
         "never_ran": never,
         "gpu_allocation": round(held / (capacity * makespan), 3),
+        "gpu_allocation_replay_window": round(held_window / (capacity * window_s), 3)
+        if window_s
+        else None,
         "makespan_s": round(makespan, 1),
         "jct_mean_s": round(statistics.fmean(jct), 2) if jct else None,
         "jct_p95_s": _pct(jct, 0.95),

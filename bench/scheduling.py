@@ -604,7 +604,8 @@ def main() -> int:
                 out = slurm_phase(slurm, phase, plan, drain)
             raw[phase] = out
             m = phase_metrics(plan, out["runs"], capacity=capacity, t0=out["t0"],
-                              deadline=out["deadline"], scale=args.compression / 3600)  # fmt: skip
+                              deadline=out["deadline"], scale=args.compression / 3600,
+                              window_s=info["replay_seconds"])  # fmt: skip
             log(f"{phase}: {json.dumps(m)}")
         for proc in procs:
             proc.stop()
@@ -612,7 +613,8 @@ def main() -> int:
         metrics, series, jcts = {}, {}, {}
         for phase, out in raw.items():
             m = phase_metrics(plan, out["runs"], capacity=capacity, t0=out["t0"],
-                              deadline=out["deadline"], scale=args.compression / 3600)  # fmt: skip
+                              deadline=out["deadline"], scale=args.compression / 3600,
+                              window_s=info["replay_seconds"])  # fmt: skip
             if phase in platform:
                 m["platform"] = platform[phase]
             metrics[phase] = m
