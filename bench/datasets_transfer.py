@@ -125,10 +125,10 @@ def run(args, logdir: Path) -> dict:
     plain_argv = [str(common.BIN / "uvicorn"), "_plain_asgi:app", "--app-dir", "bench"]
     plain_port = common.free_port()
     plain_argv += ["--host", "127.0.0.1", "--port", str(plain_port), "--no-access-log"]
-    plain = common.Proc("plain", plain_argv, logdir, env=env)
+    common.Proc("plain", plain_argv, logdir, env=env)
     hashing_port = common.free_port()
     hashing_argv = [*plain_argv[:4], "--host", "127.0.0.1", "--port", str(hashing_port)]
-    hashing = common.Proc("plain-sha256", hashing_argv, logdir, env={**env, "PLAIN_SHA256": "1"})
+    common.Proc("plain-sha256", hashing_argv, logdir, env={**env, "PLAIN_SHA256": "1"})
     time.sleep(2)
 
     headers = {"Authorization": f"Bearer {bench['token']}"}
@@ -136,6 +136,22 @@ def run(args, logdir: Path) -> dict:
     peer = httpx.Client(base_url=f"http://127.0.0.1:{plain_port}", timeout=600)
     peer_hashing = httpx.Client(base_url=f"http://127.0.0.1:{hashing_port}", timeout=600)
     name = f"transfer-{int(time.time())}"
+    try:
+        return _measure(args, api, peer, peer_hashing, web, port, work, source, expected, name)
+    finally:
+        api.close()
+        peer.close()
+        peer_hashing.close()
+        shutil.rmtree(work, ignore_errors=True)
+        _cleanup(name)
+
+
+def _measure(args, api, peer, peer_hashing, web, port, work, source, expected, name) -> dict:
+    from apps.tenancy.models import Project
+
+    project = Project.objects.get(tenant__slug="bench", slug="transfer")
+    token = api.headers["Authorization"].split()[-1]
+    size = source.stat().st_size
     dataset = api.post("/datasets/", json={"project": str(project.pk), "name": name}).json()
     version = api.post(f"/datasets/{dataset['id']}/versions/", json={}).json()
     base = f"/datasets/{dataset['id']}/versions/{version['number']}"
@@ -192,7 +208,7 @@ def run(args, logdir: Path) -> dict:
     sdk_dir = work / "sdk"
     sdk_dir.mkdir()
     os.link(source, sdk_dir / "file.bin")
-    with Client(url=f"http://127.0.0.1:{port}", token=bench["token"], timeout=600) as client:
+    with Client(url=f"http://127.0.0.1:{port}", token=token, timeout=600) as client:
         started = time.perf_counter()
         upload_directory(client, sdk_dir, name=name + "-sdk", project=str(project.pk))
         sdk_s = time.perf_counter() - started
@@ -232,25 +248,17 @@ def run(args, logdir: Path) -> dict:
         "upload_vs_cp": round(_median(cp_s) / _median(torus_up), 2),
         "download_vs_cp": round(_median(cp_s) / _median(torus_down), 2),
     }
-    api.close()
-    peer.close()
-    peer_hashing.close()
-    hashing.stop()
-    plain.stop()
-    web.stop()
-    shutil.rmtree(work, ignore_errors=True)
-    _cleanup(dataset["id"], name)
     return {"benchmark": NAME, "metrics": metrics, "peers": peers, "ratios": ratios}
 
 
-def _cleanup(dataset_id: str, name: str) -> None:
+def _cleanup(name: str) -> None:
     """The bench's datasets and their files go (the tenant and project stay for next time)."""
     from apps.datasets.models import Dataset
     from apps.datasets.storage import storage_for
 
     for dataset in Dataset.objects.filter(name__in=[name, name + "-sdk"]):
-        for version in dataset.versions.all():
-            storage_for(version.storage_kind).delete(prefix=version.storage_prefix)
+        for kind in set(dataset.versions.values_list("storage_kind", flat=True)):
+            storage_for(kind).delete(prefix=dataset.storage_prefix)
         dataset.delete()
 
 

@@ -43,6 +43,11 @@ class Dataset(TenantModel):
     def __str__(self) -> str:
         return self.name
 
+    @property
+    def storage_prefix(self) -> str:
+        """The storage key every version of this dataset lies under."""
+        return f"{self.project.tenant.slug}/{self.project.slug}/datasets/{self.pk}"
+
 
 class DatasetVersion(TenantModel):
     tenant_path = "dataset__tenant"
@@ -82,8 +87,7 @@ class DatasetVersion(TenantModel):
     @property
     def storage_prefix(self) -> str:
         """The storage key every file of this version lies under."""
-        project = self.dataset.project
-        return f"{project.tenant.slug}/{project.slug}/datasets/{self.dataset_id}/v{self.number}"
+        return f"{self.dataset.storage_prefix}/v{self.number}"
 
     def file_key(self, path: str) -> str:
         return f"{self.storage_prefix}/{path}"

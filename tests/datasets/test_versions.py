@@ -220,3 +220,17 @@ def test_discarding_an_open_version_removes_its_files(acme_storage):
     area = project_root(acme_storage.project) / "datasets"
     assert not (area / dataset["id"] / "v1").exists()
     assert list(Path(area / ".uploads").iterdir()) == []
+
+
+def test_an_admin_deletes_a_dataset_with_its_files(acme_storage):
+    client = member(acme_storage)
+    dataset = create_dataset(client, acme_storage.project)
+    open_version(client, dataset["id"])
+    upload(client, dataset["id"], 1, "f", b"data")
+    assert commit(client, dataset["id"], 1).status_code == 200
+    url = reverse("dataset-detail", args=[dataset["id"]])
+    assert client.delete(url).status_code == 403  # members do not delete
+    assert acme_storage.client(Role.ADMIN).delete(url).status_code == 204
+    area = project_root(acme_storage.project) / "datasets"
+    assert not (area / dataset["id"]).exists()
+    assert not DatasetVersion.objects.filter(dataset_id=dataset["id"]).exists()

@@ -128,8 +128,8 @@ class DatasetViewSet(
 
     def destroy(self, request, *args, **kwargs):
         dataset = self.get_object()
-        for version in dataset.versions.all():
-            storage_for(version.storage_kind).delete(prefix=version.storage_prefix)
+        for kind in set(dataset.versions.values_list("storage_kind", flat=True)):
+            storage_for(kind).delete(prefix=dataset.storage_prefix)
         dataset.delete()
         return Response(status=status.HTTP_204_NO_CONTENT)
 
