@@ -62,6 +62,16 @@ class Client:
             )
         return body
 
+    def post_multipart(self, path: str, *, data: dict, files: dict) -> Any:
+        """POST a multipart/form-data body (small uploads in one request)."""
+        try:
+            response = self._http.post(path, data=data, files=files)
+        except httpx.HTTPError as exc:
+            raise TorusError(f"cannot reach Torus at {self.url}: {exc}") from exc
+        if response.is_error:
+            self._raise(response)
+        return response.json()
+
     def download(self, path: str, dest, *, params=None, on_progress=None) -> int:
         """Stream a GET into the binary file `dest`; `on_progress(done, total)` after each
         chunk (total: the Content-Length, or None). Returns the bytes written."""

@@ -12,8 +12,10 @@ from torus.client import Client
 from torus.errors import TorusError
 from torus.output import emit, table
 
-# Under the API's default body limit (1 MiB): each PUT carries one chunk.
+# Under the API's default body limit (1 MiB): each PUT carries one chunk; a directory this
+# small goes in one request with the version's metadata.
 UPLOAD_CHUNK = 768 * 1024
+SMALL_VERSION = 512 * 1024
 VERSION_COLUMNS = ["number", "state", "stage", "aliases", "framework", "file_count", "created_at"]
 
 
@@ -146,13 +148,25 @@ def register(
     body = {k: v for k, v in fields.items() if v is not None}
     if server_path:
         body["path"] = server_path
-    version = client.request("POST", f"/api/v1/models/{model['id']}/versions/", json=body)
-    base = f"/api/v1/models/{model['id']}/versions/{version['number']}"
+    files = []
     if path:
         root = Path(path)
         if not root.is_dir():
             raise TorusError(f"{path} is not a directory")
         files = sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink())
+        if not files:
+            raise TorusError(f"{path} holds no files")
+    versions_url = f"/api/v1/models/{model['id']}/versions/"
+    if files and sum(p.stat().st_size for p in files) <= SMALL_VERSION and len(files) <= 64:
+        parts = {f"file/{p.relative_to(root).as_posix()}": (p.name, p.read_bytes()) for p in files}
+        version = client.post_multipart(
+            versions_url, data={"metadata": json.dumps(body)}, files=parts
+        )
+        files = []
+    else:
+        version = client.request("POST", versions_url, json=body)
+    base = f"/api/v1/models/{model['id']}/versions/{version['number']}"
+    if files:
         total = sum(p.stat().st_size for p in files)
         bar = Progress(f"{name}:{version['number']}", total, enabled=show_progress)
         sent = 0

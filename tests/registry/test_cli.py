@@ -114,3 +114,26 @@ def test_an_upload_resumes_where_the_server_copy_ends(live_server, acme, models_
         assert sum(sent) == len(WEIGHTS) - 100_000  # only the rest travelled
         version = client.request("POST", f"{base}/commit/")
     assert version["size_bytes"] == len(WEIGHTS)
+
+
+def test_a_small_directory_is_registered_in_one_request(env, acme, tmp_path):
+    small = tmp_path / "small"
+    (small / "sub").mkdir(parents=True)
+    (small / "model.bin").write_bytes(b"m" * 1000)
+    (small / "sub" / "labels.txt").write_text("a\nb\n")
+    out = cli(
+        "--json", "models", "register", "tiny", "--path", str(small), "--project",
+        acme.project.slug, "--metrics", '{"acc": 0.5}', "--alias", "production", env=env,
+    )  # fmt: skip
+    version = json.loads(out)
+    assert (version["state"], version["file_count"], version["aliases"]) == (
+        "ready",
+        2,
+        ["production"],
+    )
+    assert ModelVersion.objects.get().files.count() == 2
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    done = run_cli("models", "register", "tiny", "--path", str(empty), env=env)
+    assert done.returncode == 1 and "holds no files" in done.stderr
+    assert ModelVersion.objects.count() == 1
