@@ -50,6 +50,8 @@ export function SessionProvider({ children }: { children: ReactNode }) {
 
   useEffect(() => {
     sessionHooks.onExpired = () => {
+      // said once on the sign-in page; only when someone was signed in
+      if (qc.getQueryData(["me"])) sessionStorage.setItem("torus.expired", "1");
       qc.setQueryData(["me"], null);
     };
   }, [qc]);

@@ -1,6 +1,6 @@
 import { useEffect, useMemo, useRef, useState } from "react";
 import { Link, useParams, useSearchParams } from "react-router-dom";
-import { App, Alert, Button, Card, Descriptions, Popconfirm, Space, Table, Tabs, Tag, Timeline, Typography } from "antd";
+import { App, Alert, Button, Card, Descriptions, Input, Popconfirm, Space, Table, Tabs, Tag, Timeline, Typography } from "antd";
 import { useQuery, useQueryClient } from "@tanstack/react-query";
 import { api, unwrap, type JobDetail, type Schemas } from "../api/client";
 import { useI18n } from "../i18n";
@@ -59,6 +59,22 @@ export default function JobPage() {
     queryKey: ["job-metrics", id],
     queryFn: async () => unwrap(await api.GET("/api/v1/jobs/{id}/metrics/", { params: { path: { id: id! } } })),
   });
+  // another job's metrics beside this one's ("compare"), named "<metric> · <other job's name>"
+  const [compareWith, setCompareWith] = useState<string | null>(null);
+  const compare = useQuery({
+    queryKey: ["job-compare", compareWith],
+    enabled: !!compareWith,
+    queryFn: async () => {
+      const path = { id: compareWith! };
+      const other = unwrap(await api.GET("/api/v1/jobs/{id}/", { params: { path } }));
+      const m = unwrap(await api.GET("/api/v1/jobs/{id}/metrics/", { params: { path } }));
+      const out: Series = {};
+      for (const [name, points] of Object.entries(m.series))
+        out[`${name} · ${other.name}`] = points.map((p) => [p.step, p.value]);
+      return out;
+    },
+  });
+  const otherSeries = compareWith ? (compare.data ?? {}) : {};
   useEffect(() => {
     if (!metrics.data) return;
     const s: Series = {};
@@ -179,10 +195,22 @@ export default function JobPage() {
           {
             key: "metrics",
             label: t("job.metrics"),
-            children: Object.keys(series).length ? (
-              <MetricsChart series={series} label={t("job.metrics")} />
-            ) : (
-              <EmptyState>{t("job.noMetrics")}</EmptyState>
+            children: (
+              <>
+                <Input.Search
+                  aria-label={t("job.compare")}
+                  placeholder={t("job.compare")}
+                  allowClear
+                  onSearch={(v) => setCompareWith(v.trim() || null)}
+                  style={{ width: 360, marginBottom: 8 }}
+                />
+                {compare.error && <ErrorState error={compare.error} />}
+                {Object.keys(series).length ? (
+                  <MetricsChart series={{ ...series, ...otherSeries }} label={t("job.metrics")} />
+                ) : (
+                  <EmptyState>{t("job.noMetrics")}</EmptyState>
+                )}
+              </>
             ),
           },
           {

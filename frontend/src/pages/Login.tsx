@@ -14,6 +14,11 @@ export function LoginPage() {
   const [error, setError] = useState<string | null>(null);
   const [busy, setBusy] = useState(false);
   const next = params.get("next");
+  const [expired] = useState(() => {
+    const was = sessionStorage.getItem("torus.expired") === "1";
+    sessionStorage.removeItem("torus.expired");
+    return was;
+  });
   const safeNext = next && next.startsWith("/") && !next.startsWith("//") ? next : "/";
 
   const onFinish = async (v: { username: string; password: string }) => {
@@ -35,7 +40,7 @@ export function LoginPage() {
     <main style={{ display: "flex", justifyContent: "center", paddingTop: "12vh" }}>
       <Card title={<h1 style={{ margin: 0, fontSize: 20 }}>Torus — {t("auth.signin")}</h1>} style={{ width: 380 }}
         extra={<LangSwitch />}>
-        {params.get("expired") && <Alert type="info" message={t("auth.expired")} style={{ marginBottom: 16 }} />}
+        {expired && <Alert type="info" role="status" message={t("auth.expired")} style={{ marginBottom: 16 }} />}
         <Form layout="vertical" onFinish={onFinish} requiredMark={false}>
           <Form.Item label={t("auth.username")} name="username" rules={[{ required: true }]}>
             <Input autoComplete="username" autoFocus data-testid="login-username" />

@@ -89,3 +89,22 @@ describe("pages", () => {
     expect(screen.getByRole("button", { name: "Retry" })).toBeInTheDocument();
   });
 });
+
+describe("session", () => {
+  it("says the session ended when a call is refused after sign-in", async () => {
+    let signedIn = true;
+    fakeApi({
+      "GET /api/v1/auth/me": () =>
+        signedIn ? ME("member") : json(401, { error: { code: "not_authenticated", message: "no", fields: {} } }),
+      "GET /api/v1/projects/": () => PROJECTS,
+      "GET /api/v1/failure-signatures/": () => EMPTY,
+      "GET /api/v1/jobs/": () => {
+        signedIn = false;
+        return json(401, { error: { code: "not_authenticated", message: "expired", fields: {} } });
+      },
+    });
+    renderAt("/jobs");
+    expect(await screen.findByText("Your session has ended: sign in again.")).toBeInTheDocument();
+    expect(screen.getByTestId("login-submit")).toBeInTheDocument();
+  });
+});
