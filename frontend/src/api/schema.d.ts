@@ -1493,14 +1493,6 @@ export interface components {
             readonly last_reconciled_at: string | null;
             readonly partitions: components["schemas"]["Partition"][];
         };
-        Compare: {
-            a: number;
-            b: number;
-            added: string[];
-            removed: string[];
-            changed: string[];
-            unchanged: number;
-        };
         Csrf: {
             csrf_token: string;
         };
@@ -1521,6 +1513,14 @@ export interface components {
             /** Format: date-time */
             readonly updated_at: string;
         };
+        DatasetCompare: {
+            a: number;
+            b: number;
+            added: string[];
+            removed: string[];
+            changed: string[];
+            unchanged: number;
+        };
         DatasetCreateRequest: {
             /** Format: uuid */
             project: string;
@@ -1528,12 +1528,20 @@ export interface components {
             /** @default  */
             description: string;
         };
+        DatasetFile: {
+            readonly path: string;
+            readonly size: number;
+            readonly sha256: string;
+        };
         /** @description One dataset version a job reads: {"version": "<name>:<n>" or id, "as": "TRAIN"}. */
         DatasetRefRequest: {
             version: string;
             ref?: string;
             /** @description The job finds it at $TORUS_DATASET_<as>. */
             as: string;
+        };
+        DatasetRegisterRequest: {
+            path: string;
         };
         DatasetStage: {
             readonly node: string;
@@ -1548,6 +1556,52 @@ export interface components {
             readonly seconds: number;
             readonly versions: unknown;
         };
+        DatasetUploadState: {
+            path: string;
+            offset: number;
+            complete: boolean;
+            file: components["schemas"]["DatasetFile"] | null;
+        };
+        DatasetVerify: {
+            ok: boolean;
+            checked: number;
+            missing: string[];
+            changed: string[];
+            unexpected: string[];
+        };
+        DatasetVersion: {
+            /** Format: uuid */
+            readonly id: string;
+            /** Format: uuid */
+            readonly dataset: string;
+            readonly dataset_name: string;
+            readonly number: number;
+            readonly ref: string;
+            readonly state: components["schemas"]["DatasetVersionStateEnum"];
+            readonly storage_kind: components["schemas"]["StorageKindEnum"];
+            readonly file_count: number;
+            readonly size_bytes: number;
+            readonly manifest_sha256: string;
+            /** Format: date-time */
+            readonly committed_at: string | null;
+            readonly created_by: string;
+            /** Format: uuid */
+            readonly source_attempt: string;
+            readonly notes: string;
+            /** Format: date-time */
+            readonly created_at: string;
+        };
+        DatasetVersionCreateRequest: {
+            /** @default  */
+            notes: string;
+            storage_kind?: components["schemas"]["StorageKindEnum"];
+        };
+        /**
+         * @description * `open` - Open
+         *     * `committed` - Committed
+         * @enum {string}
+         */
+        DatasetVersionStateEnum: "open" | "committed";
         DistributedRequest: {
             /** @default none */
             launcher: components["schemas"]["LauncherEnum"];
@@ -1594,11 +1648,6 @@ export interface components {
             name: string;
             /** @description simple_query_string over messages */
             query: string;
-        };
-        File: {
-            readonly path: string;
-            readonly size: number;
-            readonly sha256: string;
         };
         HistogramBucket: {
             /**
@@ -2104,6 +2153,19 @@ export interface components {
             previous?: string | null;
             results: components["schemas"]["Cluster"][];
         };
+        PaginatedDatasetFileList: {
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?cursor=cD00ODY%3D"
+             */
+            next?: string | null;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?cursor=cj0xJnA9NDg3
+             */
+            previous?: string | null;
+            results: components["schemas"]["DatasetFile"][];
+        };
         PaginatedDatasetList: {
             /**
              * Format: uri
@@ -2117,6 +2179,19 @@ export interface components {
             previous?: string | null;
             results: components["schemas"]["Dataset"][];
         };
+        PaginatedDatasetVersionList: {
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?cursor=cD00ODY%3D"
+             */
+            next?: string | null;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?cursor=cj0xJnA9NDg3
+             */
+            previous?: string | null;
+            results: components["schemas"]["DatasetVersion"][];
+        };
         PaginatedFailureSignatureList: {
             /**
              * Format: uri
@@ -2129,19 +2204,6 @@ export interface components {
              */
             previous?: string | null;
             results: components["schemas"]["FailureSignature"][];
-        };
-        PaginatedFileList: {
-            /**
-             * Format: uri
-             * @example http://api.example.org/accounts/?cursor=cD00ODY%3D"
-             */
-            next?: string | null;
-            /**
-             * Format: uri
-             * @example http://api.example.org/accounts/?cursor=cj0xJnA9NDg3
-             */
-            previous?: string | null;
-            results: components["schemas"]["File"][];
         };
         PaginatedInvitationList: {
             /**
@@ -2312,19 +2374,6 @@ export interface components {
             previous?: string | null;
             results: components["schemas"]["Tenant"][];
         };
-        PaginatedVersionList: {
-            /**
-             * Format: uri
-             * @example http://api.example.org/accounts/?cursor=cD00ODY%3D"
-             */
-            next?: string | null;
-            /**
-             * Format: uri
-             * @example http://api.example.org/accounts/?cursor=cj0xJnA9NDg3
-             */
-            previous?: string | null;
-            results: components["schemas"]["Version"][];
-        };
         PaginatedWebhookDeliveryList: {
             /**
              * Format: uri
@@ -2494,9 +2543,6 @@ export interface components {
             alias?: string;
             framework?: string;
         };
-        RegisterRequest: {
-            path: string;
-        };
         RegisteredModel: {
             /** Format: uuid */
             readonly id: string;
@@ -2629,12 +2675,6 @@ export interface components {
          * @enum {string}
          */
         TypeEnum: "none" | "venv" | "conda" | "container";
-        UploadState: {
-            path: string;
-            offset: number;
-            complete: boolean;
-            file: components["schemas"]["File"] | null;
-        };
         UsageRow: {
             period: string;
             tenant: string;
@@ -2663,46 +2703,27 @@ export interface components {
             readonly first_name: string;
             readonly last_name: string;
         };
-        Verify: {
-            ok: boolean;
-            checked: number;
-            missing: string[];
-            changed: string[];
-            unexpected: string[];
-        };
-        Version: {
-            /** Format: uuid */
-            readonly id: string;
-            /** Format: uuid */
-            readonly dataset: string;
-            readonly dataset_name: string;
-            readonly number: number;
-            readonly ref: string;
-            readonly state: components["schemas"]["VersionStateEnum"];
-            readonly storage_kind: components["schemas"]["StorageKindEnum"];
-            readonly file_count: number;
-            readonly size_bytes: number;
-            readonly manifest_sha256: string;
-            /** Format: date-time */
-            readonly committed_at: string | null;
-            readonly created_by: string;
-            /** Format: uuid */
-            readonly source_attempt: string;
-            readonly notes: string;
-            /** Format: date-time */
-            readonly created_at: string;
-        };
         VersionCreateRequest: {
-            /** @default  */
-            notes: string;
-            storage_kind?: components["schemas"]["StorageKindEnum"];
+            framework?: string;
+            description?: string;
+            /** @description Markdown */
+            card?: string;
+            metrics?: {
+                [key: string]: unknown;
+            };
+            params?: {
+                [key: string]: unknown;
+            };
+            tags?: {
+                [key: string]: unknown;
+            };
+            /** @description UUIDs or "<dataset>:<number>" */
+            dataset_versions?: string[];
+            /** Format: uuid */
+            source_attempt?: string | null;
+            /** @description A directory in the project's tree to copy in (instead of uploading files) */
+            path?: string;
         };
-        /**
-         * @description * `open` - Open
-         *     * `committed` - Committed
-         * @enum {string}
-         */
-        VersionStateEnum: "open" | "committed";
         Webhook: {
             /** Format: uuid */
             readonly id: string;
@@ -3992,7 +4013,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["PaginatedVersionList"];
+                    "application/json": components["schemas"]["PaginatedDatasetVersionList"];
                 };
             };
             /** @description Invalid input; `fields` names each bad field and why. */
@@ -4089,7 +4110,7 @@ export interface operations {
         };
         requestBody?: {
             content: {
-                "application/json": components["schemas"]["VersionCreateRequest"];
+                "application/json": components["schemas"]["DatasetVersionCreateRequest"];
             };
         };
         responses: {
@@ -4098,7 +4119,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Version"];
+                    "application/json": components["schemas"]["DatasetVersion"];
                 };
             };
             /** @description Invalid input; `fields` names each bad field and why. */
@@ -4201,7 +4222,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Version"];
+                    "application/json": components["schemas"]["DatasetVersion"];
                 };
             };
             /** @description Invalid input; `fields` names each bad field and why. */
@@ -4509,7 +4530,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Version"];
+                    "application/json": components["schemas"]["DatasetVersion"];
                 };
             };
             /** @description Invalid input; `fields` names each bad field and why. */
@@ -4729,7 +4750,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["PaginatedFileList"];
+                    "application/json": components["schemas"]["PaginatedDatasetFileList"];
                 };
             };
             /** @description Invalid input; `fields` names each bad field and why. */
@@ -4827,7 +4848,7 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": components["schemas"]["RegisterRequest"];
+                "application/json": components["schemas"]["DatasetRegisterRequest"];
             };
         };
         responses: {
@@ -4836,7 +4857,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Version"];
+                    "application/json": components["schemas"]["DatasetVersion"];
                 };
             };
             /** @description Invalid input; `fields` names each bad field and why. */
@@ -4941,7 +4962,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["UploadState"];
+                    "application/json": components["schemas"]["DatasetUploadState"];
                 };
             };
             /** @description Invalid input; `fields` names each bad field and why. */
@@ -5052,7 +5073,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["UploadState"];
+                    "application/json": components["schemas"]["DatasetUploadState"];
                 };
             };
             /** @description Invalid input; `fields` names each bad field and why. */
@@ -5259,7 +5280,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Verify"];
+                    "application/json": components["schemas"]["DatasetVerify"];
                 };
             };
             /** @description Invalid input; `fields` names each bad field and why. */
@@ -5677,7 +5698,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Compare"];
+                    "application/json": components["schemas"]["DatasetCompare"];
                 };
             };
             /** @description Invalid input; `fields` names each bad field and why. */
@@ -8807,6 +8828,7 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": components["schemas"]["RegisteredModelRequest"];
+                "multipart/form-data": components["schemas"]["RegisteredModelRequest"];
                 "application/octet-stream": components["schemas"]["RegisteredModelRequest"];
             };
         };
@@ -9120,6 +9142,7 @@ export interface operations {
         requestBody?: {
             content: {
                 "application/json": components["schemas"]["PatchedModelUpdateRequest"];
+                "multipart/form-data": components["schemas"]["PatchedModelUpdateRequest"];
                 "application/octet-stream": components["schemas"]["PatchedModelUpdateRequest"];
             };
         };
@@ -9444,6 +9467,7 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": components["schemas"]["AliasSetRequest"];
+                "multipart/form-data": components["schemas"]["AliasSetRequest"];
                 "application/octet-stream": components["schemas"]["AliasSetRequest"];
             };
         };
@@ -9882,6 +9906,7 @@ export interface operations {
         requestBody?: {
             content: {
                 "application/json": components["schemas"]["VersionCreateRequest"];
+                "multipart/form-data": components["schemas"]["VersionCreateRequest"];
                 "application/octet-stream": components["schemas"]["VersionCreateRequest"];
             };
         };
@@ -10095,6 +10120,7 @@ export interface operations {
         requestBody?: {
             content: {
                 "application/json": components["schemas"]["PatchedVersionUpdateRequest"];
+                "multipart/form-data": components["schemas"]["PatchedVersionUpdateRequest"];
                 "application/octet-stream": components["schemas"]["PatchedVersionUpdateRequest"];
             };
         };
@@ -10847,6 +10873,7 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": components["schemas"]["StageRequest"];
+                "multipart/form-data": components["schemas"]["StageRequest"];
                 "application/octet-stream": components["schemas"]["StageRequest"];
             };
         };

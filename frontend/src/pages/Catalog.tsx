@@ -20,7 +20,7 @@ function DatasetVersions({ id }: { id: string }) {
   });
   if (q.error) return <ErrorState error={q.error} />;
   return (
-    <Table<Schemas["Version"]>
+    <Table<Schemas["DatasetVersion"]>
       rowKey="id"
       size="small"
       pagination={false}
