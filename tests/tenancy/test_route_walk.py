@@ -1,6 +1,7 @@
 """Walk every /api/v1 route the URL resolver knows: another tenant gets 404, anonymous gets 401,
 and neither changes anything."""
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -12,6 +13,7 @@ from apps.datasets.models import Dataset, DatasetVersion
 from apps.jobs.models import Job, JobEvent
 from apps.logs.models import FailureSignature
 from apps.quotas.models import Quota
+from apps.registry.models import ModelVersion, RegisteredModel, Webhook
 from apps.tenancy.models import (
     AccessToken,
     AuditEvent,
@@ -30,9 +32,21 @@ GLOBAL_RESOURCES = {"cluster", "node", "accelerator-type"}
 METHODS = ["get", "post", "put", "patch", "delete"]
 
 
+PARAM_RE = re.compile(r"\(\?P<(\w+)>|<(?:\w+:)?(\w+)>")
+# Values for the URL parameters that are not the object's own key.
+PARAM_VALUES = {"number": 1, "path": "model.bin", "alias": "production"}
+
+
 def api_route_names() -> list[tuple[str, bool]]:
-    """(url name, takes a pk) for every named route under api/v1/."""
-    found: list[tuple[str, bool]] = []
+    """(url name, takes an object) for every named route under api/v1/."""
+    return sorted(
+        (name, bool(params & {"pk", "dataset_pk"})) for name, params in api_routes().items()
+    )
+
+
+def api_routes() -> dict[str, frozenset[str]]:
+    """url name -> the names of its URL parameters, for every named route under api/v1/."""
+    found: dict[str, frozenset[str]] = {}
 
     def walk(patterns, prefix: str) -> None:
         for entry in patterns:
@@ -40,31 +54,49 @@ def api_route_names() -> list[tuple[str, bool]]:
             if isinstance(entry, URLResolver):
                 walk(entry.url_patterns, route)
             elif isinstance(entry, URLPattern) and route.startswith("api/v1/") and entry.name:
-                takes = any(f"(?P<{k}>" in route or f"<{k}>" in route for k in ("pk", "dataset_pk"))
-                found.append((entry.name, takes))
+                params = {a or b for a, b in PARAM_RE.findall(route)}
+                found[entry.name] = frozenset(params)
 
     walk(get_resolver().url_patterns, "")
-    return sorted(set(found))
+    return found
+
+
+def resource_of(name: str, objects: dict) -> str | None:
+    """The resource a route name belongs to: the longest object key it starts with
+    (`model-alias-history` -> `model`, `dataset-version-files` -> `dataset-version`)."""
+    keys = sorted(objects, key=len, reverse=True)
+    return next((key for key in keys if name.startswith(f"{key}-")), None)
 
 
 def route_kwargs(name: str, objects: dict) -> dict:
-    """The URL kwargs of an object route: its object's pk, or for the routes nested under a
-    dataset (`datasets/{dataset_pk}/versions/{number}/...`) the dataset and the number."""
-    basename = name.rsplit("-", 1)[0]
+    """The URL kwargs of an object route: its object's pk (for the routes nested under a
+    dataset, `datasets/{dataset_pk}/versions/{number}/...`, the dataset's), and a value for
+    each other parameter."""
+    params = api_routes()[name]
+    basename = resource_of(name, objects)
     if basename == "dataset-version":
         version = objects["dataset-version"]
-        kwargs = {"dataset_pk": version.dataset_id}
-        return kwargs if name.endswith("-list") else {**kwargs, "number": version.number}
-    return {"pk": objects[basename].pk}
+        kwargs = {"dataset_pk": version.dataset_id, "number": version.number}
+    else:
+        kwargs = {"pk": objects[basename].pk}
+    return {key: kwargs.get(key, PARAM_VALUES.get(key)) for key in params}
 
 
 def acme_objects(acme, cluster) -> dict:
     """One acme object per resource basename; a new detail route must add its own here."""
     job = make_job(project=acme.project, user=acme.users[Role.MEMBER], cluster=cluster)
     dataset = Dataset.objects.create(tenant=acme.tenant, project=acme.project, name="acme-data")
+    dataset_version = DatasetVersion.objects.create(dataset=dataset, number=1)
+    model = RegisteredModel.objects.create(tenant=acme.tenant, project=acme.project, name="acme-m")
+    ModelVersion.objects.create(model=model, number=1)
     return {
         "dataset": dataset,
-        "dataset-version": DatasetVersion.objects.create(dataset=dataset, number=1),
+        "dataset-version": dataset_version,
+        "lineage-dataset": dataset_version,
+        "model": model,
+        "webhook": Webhook.objects.create(
+            tenant=acme.tenant, url="https://hooks.acme.example/torus", secret="s" * 32
+        ),
         "job": job,
         "failure-signature": FailureSignature.objects.create(
             tenant=acme.tenant, name="acme-oom", query="out of memory"
@@ -116,6 +148,9 @@ def acme_state(acme) -> list:
         FailureSignature,
         Dataset,
         DatasetVersion,
+        RegisteredModel,
+        ModelVersion,
+        Webhook,
     ):
         path = model.tenant_path
         rows += list(model.objects.filter(**{path: acme.tenant.id}).order_by("pk").values())
@@ -138,8 +173,8 @@ def test_other_tenant_gets_404_on_every_object_route(acme, globex, cluster):
     for name, takes_pk in api_route_names():
         if not takes_pk:
             continue
-        basename = name.rsplit("-", 1)[0]
-        assert basename in objects, f"route {name} has no acme object in acme_objects()"
+        basename = resource_of(name, objects)
+        assert basename, f"route {name} has no acme object in acme_objects()"
         url = reverse(name, kwargs=route_kwargs(name, objects))
         for method in METHODS:
             response = getattr(intruder, method)(url, {}, format="json")
@@ -206,6 +241,7 @@ CREATE_BODIES = {
         "jobs": [{"project": str(acme.project.pk), "name": "x", "command": ["true"]}]
     },
     "dataset-list": lambda acme: {"project": str(acme.project.pk), "name": "intruder"},
+    "model-list": lambda acme: {"project": str(acme.project.pk), "name": "intruder"},
     "project-member-list": lambda acme: {
         "project": str(acme.project.pk),
         "user": acme.users[Role.VIEWER].username,

@@ -441,6 +441,7 @@ class DatasetVersionLineageView(APIView):
     resource = "lineage"
     policy_action = "read"
 
+    @extend_schema(responses=OpenApiTypes.OBJECT)
     def get(self, request, pk: uuid.UUID):
         from apps.datasets.models import DatasetVersion
         from apps.tenancy.policies import authorize
