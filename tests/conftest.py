@@ -167,5 +167,21 @@ def _job_root(settings):
 
 
 @pytest.fixture(autouse=True)
+def _dataset_cache_root(settings):
+    """Each test's own node caches, where jobs can reach them (as the job tree above); the
+    stager leaves staged versions read-only, so they are opened up before removal."""
+    base = Path(settings.DATA_DIR) / "test-dataset-cache"
+    base.mkdir(parents=True, exist_ok=True)
+    os.chmod(base, 0o755)
+    root = base / uuid.uuid4().hex
+    settings.TORUS_DATASET_CACHE_ROOT = str(root)
+    yield root
+    for path in root.rglob("*"):
+        if path.is_dir() and not path.is_symlink():
+            os.chmod(path, 0o700)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
 def _fast_passwords(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

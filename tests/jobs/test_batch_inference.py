@@ -8,9 +8,7 @@ reads both read-only, and the worker turns its output into a committed dataset v
 import csv
 import io
 import json
-import os
 import random
-import shutil
 import subprocess
 import threading
 import time
@@ -42,20 +40,6 @@ from tests.sdk.test_client_and_cli import run_cli
 
 ROWS = 300
 IN_DIM = 16
-
-
-@pytest.fixture(autouse=True)
-def _cache_root(settings):
-    base = Path(settings.DATA_DIR) / "test-dataset-cache"
-    base.mkdir(parents=True, exist_ok=True)
-    os.chmod(base, 0o755)
-    root = base / uuid.uuid4().hex
-    settings.TORUS_DATASET_CACHE_ROOT = str(root)
-    yield root
-    for path in root.rglob("*"):
-        if path.is_dir() and not path.is_symlink():
-            os.chmod(path, 0o700)
-    shutil.rmtree(root, ignore_errors=True)
 
 
 def inputs_csv(rows: int = ROWS, seed: int = 7) -> bytes:

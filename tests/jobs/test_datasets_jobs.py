@@ -2,11 +2,6 @@
 each read-only at $TORUS_DATASET_<AS>, the attempt records what it read, the node's cache
 serves the second job, evicts under its limit, and stays closed to another tenant."""
 
-import os
-import shutil
-import uuid
-from pathlib import Path
-
 import pytest
 from django.urls import reverse
 
@@ -28,21 +23,6 @@ READ = (
     'try write touch "$TORUS_DATASET_TRAIN/new"; '
     'try append sh -c "echo x >> \\"$TORUS_DATASET_TRAIN/sub/a.txt\\""'
 )
-
-
-@pytest.fixture(autouse=True)
-def _cache_root(settings):
-    """Each test's own node caches, where jobs can reach them (as tests/conftest.py's job root)."""
-    base = Path(settings.DATA_DIR) / "test-dataset-cache"
-    base.mkdir(parents=True, exist_ok=True)
-    os.chmod(base, 0o755)
-    root = base / uuid.uuid4().hex
-    settings.TORUS_DATASET_CACHE_ROOT = str(root)
-    yield root
-    for path in root.rglob("*"):
-        if path.is_dir() and not path.is_symlink():
-            os.chmod(path, 0o700)
-    shutil.rmtree(root, ignore_errors=True)
 
 
 def make_version(world, name: str, files: dict[str, bytes], *, commit: bool = True):

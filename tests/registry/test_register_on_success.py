@@ -5,13 +5,7 @@ the dataset version its attempt read, and the alias the spec names."""
 
 import hashlib
 import json
-import os
-import shutil
 import time
-import uuid
-from pathlib import Path
-
-import pytest
 
 from apps.jobs.models import Job
 from apps.jobs.paths import job_dir
@@ -24,20 +18,6 @@ from tests.jobs.test_self_healing import final_result, training_spec
 from tests.registry.test_api import models_url
 
 STEPS = 25
-
-
-@pytest.fixture(autouse=True)
-def _cache_root(settings):
-    base = Path(settings.DATA_DIR) / "test-dataset-cache"
-    base.mkdir(parents=True, exist_ok=True)
-    os.chmod(base, 0o755)
-    root = base / uuid.uuid4().hex
-    settings.TORUS_DATASET_CACHE_ROOT = str(root)
-    yield root
-    for path in root.rglob("*"):
-        if path.is_dir() and not path.is_symlink():
-            os.chmod(path, 0o700)
-    shutil.rmtree(root, ignore_errors=True)
 
 
 def wait_for_version(job_id, timeout=180) -> ModelVersion:
