@@ -3,7 +3,6 @@ progress bar), ls, versions, diff, download, verify (docs/datasets.md)."""
 
 import hashlib
 import os
-import sys
 import tarfile
 import time
 from collections.abc import Callable, Iterator
@@ -12,44 +11,15 @@ from pathlib import Path
 from torus.client import Client
 from torus.errors import TorusError
 from torus.output import emit
+from torus.transfer import READ_BYTES, Progress, extract
 
 # One PUT carries up to this much of a file (streamed from disk in READ_BYTES pieces): an
 # interrupted request loses nothing, the next one starts at the offset the server stored.
 PART_BYTES = 256 * 1024 * 1024
-READ_BYTES = 1024 * 1024
 RETRIES = 5
 
 DATASET_COLUMNS = ["name", "project_slug", "latest_version", "description", "created_at"]
 VERSION_COLUMNS = ["number", "state", "file_count", "size_bytes", "committed_at", "created_by"]
-
-
-class Progress:
-    """A one-line progress bar on stderr (on a terminal, unless disabled)."""
-
-    def __init__(self, label: str, total: int | None, *, enabled: bool | None = None):
-        self.label, self.total, self.done = label, total, 0
-        self.started = time.monotonic()
-        self.enabled = sys.stderr.isatty() if enabled is None else enabled
-
-    def advance(self, n: int) -> None:
-        self.update(self.done + n)
-
-    def update(self, done: int) -> None:
-        self.done = done
-        if not self.enabled:
-            return
-        rate = done / max(time.monotonic() - self.started, 1e-6) / 1e6
-        if self.total:
-            filled = int(30 * min(done, self.total) / self.total)
-            bar = "#" * filled + "-" * (30 - filled)
-            text = f"\r{self.label} [{bar}] {100 * done / self.total:5.1f}% {rate:8.1f} MB/s"
-        else:
-            text = f"\r{self.label} {done / 1e6:10.1f} MB {rate:8.1f} MB/s"
-        print(text, end="", file=sys.stderr, flush=True)
-
-    def close(self) -> None:
-        if self.enabled:
-            print(file=sys.stderr, flush=True)
 
 
 # -- the SDK side ------------------------------------------------------------------------------
@@ -281,30 +251,12 @@ def download(
         reader = _Reader(response.iter_bytes(READ_BYTES), progress.advance)
         try:
             with tarfile.open(fileobj=reader, mode="r|") as tar:
-                _extract(tar, out)
+                extract(tar, out)
         except (tarfile.TarError, OSError) as exc:
             raise TorusError(f"cannot extract the archive into {out}: {exc}") from exc
         finally:
             progress.close()
     return out / f"{name}-v{number}"
-
-
-def _extract(tar: tarfile.TarFile, out: Path) -> None:
-    """Write the archive's regular files under `out`, streaming; any other member, or a name
-    that would land outside `out`, is refused."""
-    root = out.resolve()
-    for member in tar:
-        parts = member.name.split("/")
-        if member.name.startswith("/") or any(p in ("", ".", "..") for p in parts):
-            raise TorusError(f"refusing the archive member {member.name!r}")
-        if not member.isfile():
-            raise TorusError(f"refusing the archive member {member.name!r} (not a file)")
-        target = root.joinpath(*parts)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        source = tar.extractfile(member)
-        with target.open("wb") as handle:
-            while chunk := source.read(READ_BYTES):
-                handle.write(chunk)
 
 
 class _Reader:

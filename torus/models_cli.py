@@ -3,7 +3,7 @@ alias, lineage, download, compare (docs/registry.md)."""
 
 import json
 import os
-import sys
+import tarfile
 import time
 from pathlib import Path
 from urllib.parse import quote
@@ -11,39 +11,13 @@ from urllib.parse import quote
 from torus.client import Client
 from torus.errors import TorusError
 from torus.output import emit, table
+from torus.transfer import Progress, extract
 
 # Under the API's default body limit (1 MiB): each PUT carries one chunk; a directory this
 # small goes in one request with the version's metadata.
 UPLOAD_CHUNK = 768 * 1024
 SMALL_VERSION = 512 * 1024
 VERSION_COLUMNS = ["number", "state", "stage", "aliases", "framework", "file_count", "created_at"]
-
-
-class Progress:
-    """A one-line progress bar on stderr (only on a terminal, or when forced)."""
-
-    def __init__(self, label: str, total: int | None, *, enabled: bool | None = None):
-        self.label, self.total, self.started = label, total, time.monotonic()
-        self.enabled = sys.stderr.isatty() if enabled is None else enabled
-        self.done = 0
-
-    def update(self, done: int, total: int | None = None) -> None:
-        self.done, self.total = done, total if total is not None else self.total
-        if not self.enabled:
-            return
-        rate = done / max(time.monotonic() - self.started, 1e-6) / 1e6
-        if self.total:
-            width = 30
-            filled = int(width * done / self.total)
-            bar = "#" * filled + "-" * (width - filled)
-            text = f"\r{self.label} [{bar}] {100 * done / self.total:5.1f}% {rate:7.1f} MB/s"
-        else:
-            text = f"\r{self.label} {done / 1e6:10.1f} MB {rate:7.1f} MB/s"
-        print(text, end="", file=sys.stderr, flush=True)
-
-    def close(self) -> None:
-        if self.enabled:
-            print(file=sys.stderr, flush=True)
 
 
 # -- the SDK side ------------------------------------------------------------------------------
@@ -318,7 +292,7 @@ def cmd_download(client: Client, args) -> None:
     bar.close()
     os.replace(partial, target)
     if not args.file and args.extract:
-        extract(target, out.with_suffix("") if out.suffix == ".tar" else out)
+        extract_archive(target, out.with_suffix("") if out.suffix == ".tar" else out)
         target.unlink()
     if args.json:
         emit(args, {"path": str(target), "bytes": written})
@@ -326,23 +300,10 @@ def cmd_download(client: Client, args) -> None:
         print(f"{written} bytes -> {target if target.exists() else out}")
 
 
-def extract(archive: Path, into: Path) -> None:
+def extract_archive(archive: Path, into: Path) -> None:
     """Unpack regular files and directories only, each inside `into`."""
-    import shutil
-    import tarfile
-
-    base = into.resolve()
     with tarfile.open(archive) as tar:
-        for member in tar:
-            target = (base / member.name).resolve()
-            if not target.is_relative_to(base) or not (member.isfile() or member.isdir()):
-                raise TorusError(f"refusing archive entry {member.name!r}")
-            if member.isdir():
-                target.mkdir(parents=True, exist_ok=True)
-                continue
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with tar.extractfile(member) as src, target.open("wb") as dst:
-                shutil.copyfileobj(src, dst, 1024 * 1024)
+        extract(tar, into)
 
 
 def cmd_compare(client: Client, args) -> None:
