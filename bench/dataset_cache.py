@@ -120,9 +120,14 @@ class Filer:
         self.sshd = None
 
     def start(self):
-        for tool in ("/usr/sbin/sshd", "sshfs", "ssh-keygen", "fusermount"):
+        tools = ("/usr/sbin/sshd", "sshfs", "ssh-keygen", "fusermount")
+        if not all(shutil.which(tool) for tool in tools):
+            log("sshfs or sshd missing: running platform/bench/install-peers")
+            installer = ROOT / "platform" / "bench" / "install-peers"
+            subprocess.run([str(installer)], check=True, stdout=sys.stderr)
+        for tool in tools:
             if not shutil.which(tool):
-                raise SystemExit(f"{tool} missing: apt-get install sshfs openssh-server")
+                raise SystemExit(f"{tool} still missing after platform/bench/install-peers")
         self.export.mkdir()
         self.mount.mkdir()
         keys = self.work / "keys"
