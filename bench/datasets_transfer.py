@@ -20,8 +20,6 @@ the services. The last stdout line is {"benchmark": "datasets_transfer", "metric
 
 # ruff: noqa: S603, S607  (fixed argv of cp and this venv's uvicorn)
 
-import argparse
-import hashlib
 import os
 import shutil
 import statistics
@@ -31,16 +29,11 @@ import time
 from pathlib import Path
 
 import _common as common
+import _transfer as transfer
 import httpx
 
 NAME = "datasets_transfer"
-PIECE = 1024 * 1024
-
-
-def _pieces(path: Path):
-    with path.open("rb") as handle:
-        while chunk := handle.read(PIECE):
-            yield chunk
+PIECE = transfer.PIECE
 
 
 def _put(client: httpx.Client, url: str, source: Path, *, params=None) -> float:
@@ -49,7 +42,7 @@ def _put(client: httpx.Client, url: str, source: Path, *, params=None) -> float:
     response = client.put(
         url,
         params=params,
-        content=_pieces(source),
+        content=transfer.pieces(source),
         headers={"Content-Length": str(size), "Content-Type": "application/octet-stream"},
     )
     took = time.perf_counter() - started
@@ -72,31 +65,12 @@ def _get(client: httpx.Client, url: str, target: Path, *, params=None) -> float:
     return took
 
 
-def _rss_kib(pid: int, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    return 0
-
-
 def _reset_peak(pid: int) -> None:
     Path(f"/proc/{pid}/clear_refs").write_text("5")
 
 
 def _median(values: list[float]) -> float:
     return statistics.median(values)
-
-
-def _make_source(path: Path, size: int) -> str:
-    digest = hashlib.sha256()
-    with path.open("wb") as handle:
-        left = size
-        while left:
-            chunk = os.urandom(min(left, 16 * PIECE))
-            digest.update(chunk)
-            handle.write(chunk)
-            left -= len(chunk)
-    return digest.hexdigest()
 
 
 def run(args, logdir: Path) -> dict:
@@ -117,7 +91,7 @@ def run(args, logdir: Path) -> dict:
     size = args.size_mb * 1024 * 1024
     source = work / "source.bin"
     common.log(NAME, f"making {args.size_mb} MiB of random bytes")
-    expected = _make_source(source, size)
+    expected = transfer.make_source(source, size)
     subprocess.run(["cat", str(source)], stdout=subprocess.DEVNULL, check=True)  # page cache
 
     web, port = common.start_web(logdir, name="web")
@@ -158,7 +132,7 @@ def _measure(args, api, peer, peer_hashing, web, port, work, source, expected, n
 
     cp_s, plain_up, plain_down, torus_up, torus_down, peaks = [], [], [], [], [], []
     hashing_up, retries = [], 0
-    baseline_rss = _rss_kib(web.popen.pid, "VmRSS")
+    baseline_rss = transfer.rss_kib(web.popen.pid, "VmRSS")
     for number in range(args.runs):  # interleaved, so every path sees the same machine
         target = work / f"cp-{number}.bin"
         started = time.perf_counter()
@@ -184,7 +158,7 @@ def _measure(args, api, peer, peer_hashing, web, port, work, source, expected, n
                 retries += 1
                 common.log(NAME, f"retrying after: {exc}")
                 api.delete(f"{base}/upload/", params={"path": params["path"]})
-        peaks.append(_rss_kib(web.popen.pid, "VmHWM"))
+        peaks.append(transfer.rss_kib(web.popen.pid, "VmHWM"))
         state = api.get(f"{base}/upload/", params={"path": f"run-{number}.bin"}).json()
         assert state["file"]["sha256"] == expected, state
         torus_down.append(
@@ -262,26 +236,5 @@ def _cleanup(name: str) -> None:
         dataset.delete()
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--size-mb", type=int, default=2048, help="file size (MiB)")
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--quick", action="store_true", help="256 MiB, 2 runs")
-    parser.add_argument("--keep-logs", action="store_true")
-    args = parser.parse_args()
-    if args.quick:
-        args.size_mb, args.runs = 256, 2
-    if os.geteuid() != 0:
-        sys.exit("run as root (the bench project's tree is made as the worker makes it)")
-    logdir = Path(common.VAR) / "log" / f"bench-{NAME}-{int(time.time())}"
-    logdir.mkdir(parents=True, exist_ok=True)
-    result = None
-    try:
-        result = run(args, logdir)
-    finally:
-        common.stop_all()
-    return common.finish(NAME, result, logdir=logdir, keep_logs=args.keep_logs)
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(transfer.main(NAME, __doc__, run, size_mb=2048, quick_mb=256))

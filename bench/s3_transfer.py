@@ -16,9 +16,7 @@ before each upload. Needs root and the services. The last stdout line is {"bench
 "s3_transfer", "metrics", "peers", "ratios"}.
 """
 
-import argparse
 import hashlib
-import os
 import shutil
 import statistics
 import sys
@@ -26,41 +24,17 @@ import time
 from pathlib import Path
 
 import _common as common
+import _transfer as transfer
 import httpx
 
 NAME = "s3_transfer"
-PIECE = 1024 * 1024
-
-
-def _pieces(path: Path):
-    with path.open("rb") as handle:
-        while chunk := handle.read(PIECE):
-            yield chunk
-
-
-def _rss_kib(pid: int, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    return 0
+PIECE = transfer.PIECE
 
 
 def _timed(func) -> float:
     started = time.perf_counter()
     func()
     return time.perf_counter() - started
-
-
-def _make_source(path: Path, size: int) -> str:
-    digest = hashlib.sha256()
-    with path.open("wb") as handle:
-        left = size
-        while left:
-            chunk = os.urandom(min(left, 16 * PIECE))
-            digest.update(chunk)
-            handle.write(chunk)
-            left -= len(chunk)
-    return digest.hexdigest()
 
 
 def _save(response: httpx.Response, target: Path) -> None:
@@ -95,8 +69,8 @@ def run(args, logdir: Path) -> dict:
     source = work / "source.bin"
     got = work / "got.bin"
     common.log(NAME, f"making {args.size_mb} MiB of random bytes")
-    expected = _make_source(source, size)
-    for _ in _pieces(source):  # into the page cache
+    expected = transfer.make_source(source, size)
+    for _ in transfer.pieces(source):  # into the page cache
         pass
 
     web, port = common.start_web(logdir, name="web")
@@ -113,7 +87,7 @@ def run(args, logdir: Path) -> dict:
         key: [] for key in ("torus_up", "torus_down", "tm_up", "tm_down", "one_up", "one_down")
     }
     peaks = []
-    baseline_rss = _rss_kib(web.popen.pid, "VmRSS")
+    baseline_rss = transfer.rss_kib(web.popen.pid, "VmRSS")
     for number in range(args.runs):  # interleaved, so every path sees the same machine
         key = f"{peer_prefix}/tm-{number}.bin"
         runs["tm_up"].append(_timed(lambda k=key: s3.upload_file(str(source), bucket, k)))
@@ -142,7 +116,7 @@ def run(args, logdir: Path) -> dict:
             response = api.put(
                 f"{base}/upload/",
                 params={"path": p, "offset": 0, "total": size},
-                content=_pieces(source),
+                content=transfer.pieces(source),
                 headers={"Content-Length": str(size), "Content-Type": "application/octet-stream"},
             )
             if response.status_code != 200 or not response.json()["complete"]:
@@ -156,7 +130,7 @@ def run(args, logdir: Path) -> dict:
                 _save(response, got)
 
         runs["torus_up"].append(_timed(torus_put))
-        peaks.append(_rss_kib(web.popen.pid, "VmHWM"))
+        peaks.append(transfer.rss_kib(web.popen.pid, "VmHWM"))
         runs["torus_down"].append(_timed(torus_get))
         with got.open("rb") as handle:
             assert hashlib.file_digest(handle, "sha256").hexdigest() == expected
@@ -222,26 +196,5 @@ def _cleanup(name: str, storage, bucket: str, peer_prefix: str) -> None:
     storage.delete(prefix=peer_prefix)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--size-mb", type=int, default=1024, help="file size (MiB)")
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--quick", action="store_true", help="128 MiB, 2 runs")
-    parser.add_argument("--keep-logs", action="store_true")
-    args = parser.parse_args()
-    if args.quick:
-        args.size_mb, args.runs = 128, 2
-    if os.geteuid() != 0:
-        sys.exit("run as root (the bench tenant is made as the worker makes it)")
-    logdir = Path(common.VAR) / "log" / f"bench-{NAME}-{int(time.time())}"
-    logdir.mkdir(parents=True, exist_ok=True)
-    result = None
-    try:
-        result = run(args, logdir)
-    finally:
-        common.stop_all()
-    return common.finish(NAME, result, logdir=logdir, keep_logs=args.keep_logs)
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(transfer.main(NAME, __doc__, run, size_mb=1024, quick_mb=128))
