@@ -140,7 +140,10 @@ def log_search(
         result["next"] = encode_cursor(hits[size - 1]["sort"])
 
     if want_histogram:
-        aggs = response.get("aggregations", {})
+        aggs = response.get("aggregations")
+        if aggs is None:  # the tenant has no log index yet: nothing to count
+            result["histogram"] = []
+            return result
         if not bounds_known:
             first, last = aggs["first"]["value"], aggs["last"]["value"]
             if first is None:  # nothing matched

@@ -418,3 +418,12 @@ def test_elasticsearch_unreachable_is_503(logs):
             body = get(a, url, params, status=503)
             assert body["error"]["code"] == "unavailable" and body["error"]["fields"] == {}
             assert "unavailable" in body["error"]["message"]
+
+
+@pytest.mark.django_db
+def test_histogram_of_a_tenant_without_logs_is_empty():
+    """A tenant whose jobs never wrote a line has no index yet: an empty answer, not a 500."""
+    world = make_world(f"nolog{uuid.uuid4().hex[:8]}")
+    for params in ({"histogram": "1"}, {"histogram": "1", "since": T0.isoformat()}):
+        body = get(world, SEARCH, params)
+        assert body["total"] == 0 and body["hits"] == [] and body["histogram"] == []
