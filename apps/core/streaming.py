@@ -147,6 +147,15 @@ class StreamingASGIHandler(ASGIHandler):
 
     chunk_size = 1024 * 1024
 
+    def load_middleware(self, is_async=False):
+        """The middleware chain and the view run synchronously, in one worker thread: one hop
+        from the event loop per request. (Django's async chain wraps each hook of each
+        MiddlewareMixin in its own sync_to_async and each sync-only one, as WhiteNoise's, in
+        async_to_sync: about a dozen thread switches per request.)"""
+        super().load_middleware(is_async=False)
+        if is_async:
+            self._middleware_chain = sync_to_async(self._middleware_chain, thread_sensitive=True)
+
     async def handle(self, scope, receive, send):
         if not streams_body(scope.get("path", ""), scope.get("method", "")):
             return await super().handle(scope, receive, send)
