@@ -130,6 +130,18 @@ class UsageRowSerializer(serializers.Serializer):
     attempts = serializers.IntegerField()
 
 
+class StorageRowSerializer(serializers.Serializer):
+    tenant = serializers.CharField()
+    project = serializers.CharField(allow_null=True)
+    used_bytes = serializers.IntegerField()
+    limit_bytes = serializers.IntegerField(allow_null=True)
+
+
+class UsageSerializer(serializers.Serializer):
+    results = UsageRowSerializer(many=True)
+    storage = StorageRowSerializer(many=True, help_text="Bytes held now, per tenant and project.")
+
+
 def _usage_rows(request) -> list[dict]:
     return usage_summary(
         actor=actor_for(request),
@@ -143,7 +155,7 @@ class UsageView(APIView):
 
     resource, policy_action = "usage", "read"
 
-    @extend_schema(parameters=USAGE_PARAMETERS, responses=UsageRowSerializer(many=True))
+    @extend_schema(parameters=USAGE_PARAMETERS, responses=UsageSerializer)
     def get(self, request):
         # storage is what is held now (datasets, model files), per tenant and project
         storage = storage_summary(actor=actor_for(request))

@@ -86,9 +86,7 @@ export function wsUrl(path: string): string {
   return `${proto}//${window.location.host}${path}`;
 }
 
-/** /api/v1/usage/ rows: the schema says a list; the view may wrap it as {results, ...}. */
-export function usageRows(data: unknown): Schemas["UsageRow"][] {
-  if (Array.isArray(data)) return data;
-  const rows = (data as { results?: unknown } | null)?.results;
-  return Array.isArray(rows) ? rows : [];
+/** /api/v1/usage/ rows (the answer also carries `storage`, bytes held per tenant and project). */
+export function usageRows(data: Schemas["Usage"]): Schemas["UsageRow"][] {
+  return data.results;
 }

@@ -1272,7 +1272,7 @@ export interface paths {
             cookie?: never;
         };
         /** @description GPU- and CPU-hours per period from the usage ledger. */
-        get: operations["v1_usage_list"];
+        get: operations["v1_usage_retrieve"];
         put?: never;
         post?: never;
         delete?: never;
@@ -2639,6 +2639,12 @@ export interface components {
          * @enum {string}
          */
         StorageKindEnum: "posix" | "s3";
+        StorageRow: {
+            tenant: string;
+            project: string | null;
+            used_bytes: number;
+            limit_bytes: number | null;
+        };
         /**
          * @description * `stdout` - stdout
          *     * `stderr` - stderr
@@ -2675,6 +2681,11 @@ export interface components {
          * @enum {string}
          */
         TypeEnum: "none" | "venv" | "conda" | "container";
+        Usage: {
+            results: components["schemas"]["UsageRow"][];
+            /** @description Bytes held now, per tenant and project. */
+            storage: components["schemas"]["StorageRow"][];
+        };
         UsageRow: {
             period: string;
             tenant: string;
@@ -7941,12 +7952,15 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description No response body */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": {
+                        [key: string]: unknown;
+                    };
+                };
             };
             /** @description Invalid input; `fields` names each bad field and why. */
             400: {
@@ -13497,7 +13511,7 @@ export interface operations {
             };
         };
     };
-    v1_usage_list: {
+    v1_usage_retrieve: {
         parameters: {
             query?: {
                 /** @description tenant, project (default), user or project_user */
@@ -13516,7 +13530,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["UsageRow"][];
+                    "application/json": components["schemas"]["Usage"];
                 };
             };
             /** @description Invalid input; `fields` names each bad field and why. */
