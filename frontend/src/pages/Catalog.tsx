@@ -1,7 +1,10 @@
 // Datasets and the model registry, read side: lists with their versions (expand a row).
-// Uploads, diffs and the lineage graph come next (docs/ui.md).
-import { Table, Tag, Typography } from "antd";
-import { useQuery } from "@tanstack/react-query";
+// Datasets: upload files or a directory into a new version (with progress) and diff two versions.
+// The lineage graph comes next (docs/ui.md).
+import { useRef, useState } from "react";
+import { Alert, Button, InputNumber, List, Progress, Space, Table, Tag, Typography } from "antd";
+import { useQuery, useQueryClient } from "@tanstack/react-query";
+import { relPath, uploadVersion } from "../datasetUpload";
 import { api, unwrap, type Schemas } from "../api/client";
 import { useI18n } from "../i18n";
 import { useSession } from "../session";
@@ -10,8 +13,119 @@ import { EmptyState, ErrorState, fmtTime } from "../components/common";
 const size = (n: number) =>
   n >= 1e9 ? `${(n / 1e9).toFixed(1)} GB` : n >= 1e6 ? `${(n / 1e6).toFixed(1)} MB` : `${(n / 1e3).toFixed(1)} kB`;
 
-function DatasetVersions({ id }: { id: string }) {
+function DatasetUpload({ id }: { id: string }) {
   const { t } = useI18n();
+  const qc = useQueryClient();
+  const filesRef = useRef<HTMLInputElement>(null);
+  const dirRef = useRef<HTMLInputElement>(null);
+  const [progress, setProgress] = useState<number | null>(null);
+  const [done, setDone] = useState<number | null>(null);
+  const [error, setError] = useState<unknown>(null);
+  const start = async (list: FileList | null) => {
+    if (!list || list.length === 0) return;
+    const files = Array.from(list).map((f) => ({ path: relPath(f), blob: f as Blob }));
+    setError(null);
+    setDone(null);
+    try {
+      const n = await uploadVersion(id, files, (sent, total) => setProgress(total ? Math.floor((sent * 100) / total) : 100));
+      setDone(n);
+      qc.invalidateQueries({ queryKey: ["dataset-versions", id] });
+      qc.invalidateQueries({ queryKey: ["datasets"] });
+    } catch (e) {
+      setError(e);
+    } finally {
+      setProgress(null);
+    }
+  };
+  const busy = progress !== null;
+  return (
+    <Space direction="vertical" style={{ width: "100%" }}>
+      <Space>
+        <input
+          ref={filesRef}
+          type="file"
+          multiple
+          hidden
+          aria-label={t("catalog.uploadFiles")}
+          data-testid="upload-files"
+          onChange={(e) => start(e.target.files)}
+        />
+        <input
+          ref={dirRef}
+          type="file"
+          multiple
+          hidden
+          aria-label={t("catalog.uploadDir")}
+          {...({ webkitdirectory: "" } as object)}
+          onChange={(e) => start(e.target.files)}
+        />
+        <Button disabled={busy} onClick={() => filesRef.current?.click()}>
+          {t("catalog.uploadFiles")}
+        </Button>
+        <Button disabled={busy} onClick={() => dirRef.current?.click()}>
+          {t("catalog.uploadDir")}
+        </Button>
+      </Space>
+      {busy && <Progress percent={progress} aria-label={t("catalog.uploading")} data-testid="upload-progress" />}
+      {done !== null && <Alert type="success" showIcon message={t("catalog.uploaded").replace("{n}", String(done))} />}
+      {error !== null && <ErrorState error={error} />}
+    </Space>
+  );
+}
+
+function DatasetCompare({ id, latest }: { id: string; latest: number }) {
+  const { t } = useI18n();
+  const [a, setA] = useState<number | null>(latest > 1 ? latest - 1 : null);
+  const [b, setB] = useState<number | null>(latest > 1 ? latest : null);
+  const [pair, setPair] = useState<[number, number] | null>(null);
+  const q = useQuery({
+    queryKey: ["dataset-compare", id, pair],
+    enabled: !!pair,
+    queryFn: async () =>
+      unwrap(await api.GET("/api/v1/datasets/{id}/compare/", { params: { path: { id }, query: { a: pair![0], b: pair![1] } } })),
+  });
+  const section = (title: string, color: string, paths: string[]) =>
+    paths.length > 0 && (
+      <List
+        size="small"
+        header={<strong>{`${title} (${paths.length})`}</strong>}
+        dataSource={paths}
+        renderItem={(p) => (
+          <List.Item>
+            <Tag color={color}>{title}</Tag>
+            <code>{p}</code>
+          </List.Item>
+        )}
+      />
+    );
+  return (
+    <Space direction="vertical" style={{ width: "100%" }}>
+      <Space>
+        <InputNumber min={1} value={a} onChange={setA} aria-label={t("catalog.compareA")} data-testid="compare-a" />
+        <InputNumber min={1} value={b} onChange={setB} aria-label={t("catalog.compareB")} data-testid="compare-b" />
+        <Button disabled={!a || !b} onClick={() => a && b && setPair([a, b])} data-testid="compare-go">
+          {t("catalog.compare")}
+        </Button>
+      </Space>
+      {q.error ? (
+        <ErrorState error={q.error} />
+      ) : (
+        q.data && (
+          <div data-testid="compare-result">
+            {section(t("catalog.added"), "green", q.data.added)}
+            {section(t("catalog.removed"), "red", q.data.removed)}
+            {section(t("catalog.changed"), "orange", q.data.changed)}
+            <Typography.Text>{t("catalog.unchanged").replace("{n}", String(q.data.unchanged))}</Typography.Text>
+          </div>
+        )
+      )}
+    </Space>
+  );
+}
+
+function DatasetVersions({ id, latest }: { id: string; latest: number }) {
+  const { t } = useI18n();
+  const { can } = useSession();
   const q = useQuery({
     queryKey: ["dataset-versions", id],
     queryFn: async () =>
@@ -20,21 +134,25 @@ function DatasetVersions({ id }: { id: string }) {
   });
   if (q.error) return <ErrorState error={q.error} />;
   return (
-    <Table<Schemas["DatasetVersion"]>
-      rowKey="id"
-      size="small"
-      pagination={false}
-      loading={q.isLoading}
-      dataSource={q.data}
-      columns={[
-        { title: "#", dataIndex: "number" },
-        { title: t("common.state"), dataIndex: "state", render: (s: string) => <Tag>{s}</Tag> },
-        { title: t("catalog.files"), dataIndex: "file_count" },
-        { title: t("catalog.size"), dataIndex: "size_bytes", render: size },
-        { title: "sha256", dataIndex: "manifest_sha256", render: (s: string) => <code>{s?.slice(0, 12)}</code> },
-        { title: t("common.created"), dataIndex: "created_at", render: fmtTime },
-      ]}
-    />
+    <Space direction="vertical" style={{ width: "100%" }}>
+      {can("dataset", "upload") && can("dataset", "commit") && <DatasetUpload id={id} />}
+      <DatasetCompare id={id} latest={latest} />
+      <Table<Schemas["DatasetVersion"]>
+        rowKey="id"
+        size="small"
+        pagination={false}
+        loading={q.isLoading}
+        dataSource={q.data}
+        columns={[
+          { title: "#", dataIndex: "number" },
+          { title: t("common.state"), dataIndex: "state", render: (s: string) => <Tag>{s}</Tag> },
+          { title: t("catalog.files"), dataIndex: "file_count" },
+          { title: t("catalog.size"), dataIndex: "size_bytes", render: size },
+          { title: "sha256", dataIndex: "manifest_sha256", render: (s: string) => <code>{s?.slice(0, 12)}</code> },
+          { title: t("common.created"), dataIndex: "created_at", render: fmtTime },
+        ]}
+      />
+    </Space>
   );
 }
 
@@ -62,7 +180,7 @@ export function DatasetsPage() {
           loading={q.isLoading}
           dataSource={q.data}
           locale={{ emptyText: <EmptyState>{t("catalog.emptyDatasets")}</EmptyState> }}
-          expandable={{ expandedRowRender: (d) => <DatasetVersions id={d.id} /> }}
+          expandable={{ expandedRowRender: (d) => <DatasetVersions id={d.id} latest={d.latest_version} /> }}
           columns={[
             { title: t("common.name"), dataIndex: "name" },
             { title: t("common.project"), dataIndex: "project_slug" },
