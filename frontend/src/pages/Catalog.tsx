@@ -1,9 +1,11 @@
 // Datasets and the model registry, read side: lists with their versions (expand a row).
 // Datasets: upload files or a directory into a new version (with progress) and diff two versions.
-// The lineage graph comes next (docs/ui.md).
+// Models: a version's lineage as a graph, and alias moves for roles that may (policy.json).
 import { useRef, useState } from "react";
-import { Alert, Button, InputNumber, List, Progress, Space, Table, Tag, Typography } from "antd";
-import { useQuery, useQueryClient } from "@tanstack/react-query";
+import { Alert, Button, Input, InputNumber, List, Progress, Space, Table, Tag, Typography } from "antd";
+import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
+import { Chart } from "../components/Chart";
+import { CATEGORIES, lineageGraph, type Lineage } from "../lineage";
 import { relPath, uploadVersion } from "../datasetUpload";
 import { api, unwrap, type Schemas } from "../api/client";
 import { useI18n } from "../i18n";
@@ -195,8 +197,86 @@ export function DatasetsPage() {
   );
 }
 
+function ModelLineage({ id, n }: { id: string; n: number }) {
+  const { t } = useI18n();
+  const q = useQuery({
+    queryKey: ["model-lineage", id, n],
+    queryFn: async () =>
+      unwrap(
+        await api.GET("/api/v1/models/{id}/versions/{number}/lineage/", { params: { path: { id, number: String(n) } } }),
+      ) as unknown as Lineage,
+  });
+  if (q.error) return <ErrorState error={q.error} />;
+  if (!q.data) return null;
+  const g = lineageGraph(q.data);
+  const names = Object.fromEntries(g.nodes.map((x) => [x.id, x.name]));
+  const option = {
+    tooltip: {},
+    legend: { data: CATEGORIES.map((c) => t(`lineage.${c}` as "lineage.dataset")) },
+    series: [
+      {
+        type: "graph",
+        layout: "none",
+        roam: true,
+        label: { show: true, position: "bottom" },
+        edgeSymbol: ["none", "arrow"],
+        categories: CATEGORIES.map((c) => ({ name: t(`lineage.${c}` as "lineage.dataset") })),
+        data: g.nodes,
+        links: g.links,
+      },
+    ],
+  };
+  return (
+    <div data-testid="lineage">
+      <Chart option={option} height={Math.max(200, g.nodes.length * 40)} label={t("lineage.title")} />
+      {/* the same edges as text, for screen readers and copying */}
+      <ul aria-label={t("lineage.title")}>
+        {g.links.map((k) => (
+          <li key={`${k.source}-${k.target}`}>{`${names[k.source]} → ${names[k.target]}`}</li>
+        ))}
+      </ul>
+    </div>
+  );
+}
+
+function AliasMove({ id, n }: { id: string; n: number }) {
+  const { t } = useI18n();
+  const qc = useQueryClient();
+  const [alias, setAlias] = useState("");
+  const m = useMutation({
+    mutationFn: async () =>
+      unwrap(
+        await api.PUT("/api/v1/models/{id}/aliases/{alias}/", { params: { path: { id, alias } }, body: { version: n } }),
+      ),
+    onSuccess: () => {
+      setAlias("");
+      qc.invalidateQueries({ queryKey: ["model-versions", id] });
+      qc.invalidateQueries({ queryKey: ["models"] });
+    },
+  });
+  return (
+    <Space>
+      <Input
+        size="small"
+        value={alias}
+        onChange={(e) => setAlias(e.target.value)}
+        placeholder="production"
+        aria-label={t("alias.name")}
+        data-testid={`alias-${n}`}
+        style={{ width: 120 }}
+      />
+      <Button size="small" disabled={!alias || m.isPending} onClick={() => m.mutate()} data-testid={`alias-move-${n}`}>
+        {t("alias.move")}
+      </Button>
+      {m.error && <ErrorState error={m.error} />}
+    </Space>
+  );
+}
+
 function ModelVersions({ id }: { id: string }) {
   const { t } = useI18n();
+  const { can } = useSession();
+  const [shown, setShown] = useState<number | null>(null);
   const q = useQuery({
     queryKey: ["model-versions", id],
     queryFn: async () =>
@@ -204,26 +284,42 @@ function ModelVersions({ id }: { id: string }) {
   });
   if (q.error) return <ErrorState error={q.error} />;
   return (
-    <Table<Schemas["ModelVersion"]>
-      rowKey="id"
-      size="small"
-      pagination={false}
-      loading={q.isLoading}
-      dataSource={q.data}
-      columns={[
-        { title: "#", dataIndex: "number" },
-        { title: t("common.state"), dataIndex: "state", render: (s: string) => <Tag>{s}</Tag> },
-        { title: t("catalog.stage"), dataIndex: "stage" },
-        { title: t("catalog.aliases"), dataIndex: "aliases", render: (a: string[]) => a.map((x) => <Tag key={x}>{x}</Tag>) },
-        { title: "framework", dataIndex: "framework" },
-        { title: t("catalog.files"), dataIndex: "file_count" },
-        {
-          title: t("job.title"),
-          dataIndex: "source_job",
-          render: (j: string | null) => (j ? <a href={`/jobs/${j}`}>{j.slice(0, 8)}</a> : "—"),
-        },
-      ]}
-    />
+    <Space direction="vertical" style={{ width: "100%" }}>
+      <Table<Schemas["ModelVersion"]>
+        rowKey="id"
+        size="small"
+        pagination={false}
+        loading={q.isLoading}
+        dataSource={q.data}
+        columns={[
+          { title: "#", dataIndex: "number" },
+          { title: t("common.state"), dataIndex: "state", render: (s: string) => <Tag>{s}</Tag> },
+          { title: t("catalog.stage"), dataIndex: "stage" },
+          { title: t("catalog.aliases"), dataIndex: "aliases", render: (a: string[]) => a.map((x) => <Tag key={x}>{x}</Tag>) },
+          { title: "framework", dataIndex: "framework" },
+          { title: t("catalog.files"), dataIndex: "file_count" },
+          {
+            title: t("job.title"),
+            dataIndex: "source_job",
+            render: (j: string | null) => (j ? <a href={`/jobs/${j}`}>{j.slice(0, 8)}</a> : "—"),
+          },
+          {
+            title: t("lineage.title"),
+            dataIndex: "number",
+            key: "lineage",
+            render: (n: number) => (
+              <Button size="small" onClick={() => setShown(shown === n ? null : n)} data-testid={`lineage-${n}`}>
+                {t("lineage.show")}
+              </Button>
+            ),
+          },
+          ...(can("model", "alias")
+            ? [{ title: t("alias.move"), dataIndex: "number", key: "alias", render: (n: number) => <AliasMove id={id} n={n} /> }]
+            : []),
+        ]}
+      />
+      {shown !== null && <ModelLineage id={id} n={shown} />}
+    </Space>
   );
 }
 

@@ -1,0 +1,95 @@
+import { describe, expect, it, vi } from "vitest";
+import { MemoryRouter } from "react-router-dom";
+import { fireEvent, render, screen, waitFor } from "@testing-library/react";
+import { AppProviders, makeQueryClient } from "../providers";
+import { App } from "../App";
+import { ME, PROJECTS, fakeApi } from "../test/fakeApi";
+import { lineageGraph, type Lineage } from "../lineage";
+import type { Lang } from "../i18n";
+
+// jsdom has no canvas: ECharts is drawn by the e2e run; here the chart is a labelled box
+vi.mock("../components/Chart", () => ({
+  Chart: ({ label }: { label: string }) => <div role="img" aria-label={label} data-testid="chart" />,
+}));
+
+const LINEAGE: Lineage = {
+  version: { id: "v2", ref: "resnet:2", number: 2 },
+  job: { id: "j1", name: "train" },
+  attempt: "a2",
+  attempts: [
+    { id: "a1", number: 1, source: false, dataset_versions: ["dv1"] },
+    { id: "a2", number: 2, source: true, dataset_versions: ["dv1"] },
+  ],
+  dataset_versions: [
+    { id: "dv1", ref: "images:1" },
+    { id: "dv9", ref: "labels:3" },
+  ],
+};
+const MODEL = {
+  id: "m1",
+  tenant_id: "t1",
+  project_slug: "vision",
+  name: "resnet",
+  latest_version: 2,
+  aliases: { production: 1 },
+  created_by: "ada",
+  created_at: "2026-01-01T00:00:00Z",
+};
+const VERSION = { id: "v2", number: 2, state: "ready", stage: "none", aliases: [], framework: "torch", file_count: 1, source_job: "j1" };
+const page = (results: unknown[]) => ({ next: null, previous: null, results });
+
+function renderAt(path: string, lang: Lang = "en") {
+  return render(
+    <MemoryRouter initialEntries={[path]}>
+      <AppProviders client={makeQueryClient()} lang={lang}>
+        <App />
+      </AppProviders>
+    </MemoryRouter>,
+  );
+}
+
+const routes = (role: string) => ({
+  "GET /api/v1/auth/me": () => ME(role),
+  "GET /api/v1/projects/": () => PROJECTS,
+  "GET /api/v1/models/": () => page([MODEL]),
+  "GET /api/v1/models/m1/versions/": () => page([VERSION]),
+  "GET /api/v1/models/m1/versions/2/lineage/": () => LINEAGE,
+  "PUT /api/v1/models/m1/aliases/production/": () => ({ alias: "production", version: 2 }),
+});
+
+describe("model lineage", () => {
+  it("links dataset versions to the attempts that read them and the source attempt to the model", () => {
+    const g = lineageGraph(LINEAGE);
+    expect(g.nodes.map((n) => n.name)).toEqual(["images:1", "labels:3", "train #1", "train #2 ★", "resnet:2"]);
+    expect(g.links).toEqual([
+      { source: "d:dv1", target: "a:a1" },
+      { source: "d:dv1", target: "a:a2" },
+      { source: "a:a2", target: "m:v2" },
+      { source: "d:dv9", target: "m:v2" }, // named at registration only
+    ]);
+  });
+
+  it("draws the lineage and moves an alias for a member", async () => {
+    const { calls } = fakeApi(routes("member"));
+    renderAt("/models");
+    fireEvent.click(await screen.findByRole("button", { name: /expand row/i }));
+    fireEvent.click(await screen.findByTestId("lineage-2"));
+    expect(await screen.findByText("images:1 → train #2 ★")).toBeInTheDocument();
+    expect(screen.getByText("train #2 ★ → resnet:2")).toBeInTheDocument();
+    fireEvent.change(screen.getByTestId("alias-2"), { target: { value: "production" } });
+    fireEvent.click(screen.getByTestId("alias-move-2"));
+    await waitFor(() => expect(calls.some((r) => r.method === "PUT")).toBe(true));
+    const put = calls.find((r) => r.method === "PUT")!;
+    expect(new URL(put.url).pathname).toBe("/api/v1/models/m1/aliases/production/");
+    expect(await put.clone().json()).toEqual({ version: 2 });
+  });
+
+  it("hides alias moves from a viewer, in Chinese", async () => {
+    fakeApi(routes("viewer"));
+    renderAt("/models", "zh");
+    fireEvent.click(await screen.findByRole("button", { name: /展开行|expand row/i }));
+    expect(await screen.findByTestId("lineage-2")).toBeInTheDocument();
+    expect(screen.queryByTestId("alias-2")).toBeNull();
+    expect(screen.queryByText("将别名指向此版本")).toBeNull();
+  });
+});
