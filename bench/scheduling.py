@@ -183,15 +183,19 @@ def wait_done(slurm: BenchSlurm, prefix: str, deadline: float, pending_elsewhere
         time.sleep(2.0)
 
 
-def slurm_runs(slurm: BenchSlurm, prefix: str, submitted: dict) -> dict:
+def slurm_runs(slurm: BenchSlurm, prefix: str, submitted: dict, since: float) -> dict:
     """{index: (submitted, start, end)} from Slurm's own times (squeue --json keeps finished
     jobs for MinJobAge), for the phase's job names."""
     runs = {}
     for job in slurm.squeue_json():
         name = str(job.get("name", ""))
-        if not name.startswith(prefix):
+        suffix = name[len(prefix) :]
+        # the phase's own jobs: an earlier run's of the same name are older than this phase
+        if not name.startswith(prefix) or not suffix.isdigit():
             continue
-        index = int(name[len(prefix) :])
+        if float(job.get("submit_time") or 0) < since - 2:
+            continue
+        index = int(suffix)
         start, end = job.get("start_time") or 0, job.get("end_time") or 0
         state = job.get("job_state")
         if state == "PENDING" or (state == "CANCELLED" and (not start or start >= end)):
@@ -222,7 +226,7 @@ def slurm_phase(slurm: BenchSlurm, name: str, plan, drain_s: float) -> dict:
     wait_done(slurm, prefix, deadline)
     end = min(time.time(), deadline)
     slurm.cancel_prefix(prefix)
-    return {"t0": t0, "deadline": end, "runs": slurm_runs(slurm, prefix, submitted)}
+    return {"t0": t0, "deadline": end, "runs": slurm_runs(slurm, prefix, submitted, t0)}
 
 
 # -- Torus ------------------------------------------------------------------------------------
@@ -439,7 +443,7 @@ def torus_phase(slurm: BenchSlurm, ctx, plan, drain_s: float, port: int, label: 
     return {
         "t0": t0,
         "deadline": end,
-        "runs": slurm_runs(slurm, prefix, submitted),
+        "runs": slurm_runs(slurm, prefix, submitted, t0),
         "platform": {
             "submit_to_slurm_ms": _pcts(decision),
             "admitted_to_slurm_ms": _pcts(dispatch),
@@ -592,7 +596,7 @@ def main() -> int:
         slurm.accounts(quotas, limits=False)
         raw, platform = {}, {}
         for phase in phases:
-            connections.close_all()  # a new connection each phase (a server restart between)
+            fresh_db(connections)  # PostgreSQL may have dropped idle connections meanwhile
             slurm.mode(SLURM_MODE.get(phase, "backfill"))
             if phase.startswith("torus"):
                 quota_mode(ctx, slurm, in_slurm=phase == "torus-limits")
@@ -685,7 +689,7 @@ def main() -> int:
             try:
                 from django.db import connections
 
-                connections.close_all()
+                fresh_db(connections)
                 forget_cluster()
             except Exception as exc:  # reported; the result line still comes
                 log(f"could not remove the cluster row {CLUSTER_NAME}: {exc}")
@@ -715,6 +719,14 @@ def quota_mode(ctx, slurm: BenchSlurm, *, in_slurm: bool) -> None:
              "GrpTRES=gres/gpu=-1"],
             check=False,
         )  # fmt: skip
+
+
+def fresh_db(connections) -> None:
+    """Drop this process's connections and its pool: the next query opens a new one."""
+    for conn in connections.all():
+        conn.close()
+        if hasattr(conn, "close_pool"):
+            conn.close_pool()
 
 
 def forget_cluster() -> None:
