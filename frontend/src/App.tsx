@@ -104,12 +104,13 @@ function Shell() {
         item("/console/tokens", "nav.tokens"),
         ...(can("audit-event", "read") ? [item("/console/audit", "nav.audit")] : []),
         item("/console/signatures", "nav.signatures"),
+        ...(can("webhook", "read") ? [item("/console/webhooks", "nav.webhooks")] : []),
       ],
     },
   ];
   const selected =
     ["/jobs/new", "/jobs", "/logs", "/datasets", "/models", "/clusters", "/console/members", "/console/invitations", "/console/projects", "/console/quotas",
-      "/console/tokens", "/console/audit", "/console/signatures"].find((p) => loc.pathname.startsWith(p)) ?? "/";
+      "/console/tokens", "/console/audit", "/console/signatures", "/console/webhooks"].find((p) => loc.pathname.startsWith(p)) ?? "/";
   const signOut = async () => {
     await api.POST("/api/v1/auth/logout");
     qc.removeQueries({ predicate: (q) => q.queryKey[0] !== "me" });

@@ -700,6 +700,122 @@ function Signatures() {
   );
 }
 
+const EVENTS: Schemas["EventsEnum"][] = ["model_version.created", "alias.changed"];
+
+function Deliveries({ id }: { id: string }) {
+  const { t } = useI18n();
+  const q = useQuery({
+    queryKey: ["webhook-deliveries", id],
+    queryFn: async () =>
+      unwrap(await api.GET("/api/v1/webhooks/{id}/deliveries/", { params: { path: { id }, query: { page_size: 50 } } })).results,
+  });
+  if (q.error) return <ErrorState error={q.error} />;
+  const colors: Record<string, string> = { succeeded: "green", failed: "red", pending: "gold" };
+  return (
+    <Table<Schemas["WebhookDelivery"]>
+      rowKey="id"
+      size="small"
+      pagination={false}
+      loading={q.isLoading}
+      dataSource={q.data}
+      locale={{ emptyText: <EmptyState>{t("webhook.noDeliveries")}</EmptyState> }}
+      columns={[
+        { title: t("webhook.event"), dataIndex: "event" },
+        { title: t("common.state"), dataIndex: "state", render: (v: string) => <Tag color={colors[v]}>{v}</Tag> },
+        { title: t("webhook.attempts"), dataIndex: "attempts" },
+        { title: "HTTP", dataIndex: "response_code", render: (v: number | null) => v ?? "—" },
+        { title: t("common.error"), dataIndex: "error" },
+        { title: t("common.created"), dataIndex: "created_at", render: fmtTime },
+        { title: t("webhook.delivered"), dataIndex: "delivered_at", render: fmtTime },
+      ]}
+    />
+  );
+}
+
+function Webhooks() {
+  const { t } = useI18n();
+  const { tenant, can } = useSession();
+  const qc = useQueryClient();
+  const [open, setOpen] = useState(false);
+  const [secret, setSecret] = useState<string | null>(null);
+  const list = useQuery({
+    queryKey: ["webhooks", tenant?.id],
+    enabled: can("webhook", "read"),
+    queryFn: async () =>
+      unwrap(await api.GET("/api/v1/webhooks/", { params: { query: { page_size: 200 } } })).results.filter(
+        (x) => x.tenant_id === tenant!.id,
+      ),
+  });
+  if (!can("webhook", "read")) return <Forbidden text={t("admin.notAdmin")} />;
+  return (
+    <Section
+      title="nav.webhooks"
+      extra={
+        can("webhook", "create") && (
+          <Button type="primary" onClick={() => setOpen(true)} data-testid="webhook-create">
+            {t("common.create")}
+          </Button>
+        )
+      }
+    >
+      {secret && (
+        <Alert
+          type="success"
+          closable
+          onClose={() => setSecret(null)}
+          message={t("webhook.secretOnce")}
+          description={<Typography.Text copyable code data-testid="webhook-secret">{secret}</Typography.Text>}
+          style={{ marginBottom: 12 }}
+        />
+      )}
+      {list.error ? (
+        <ErrorState error={list.error} onRetry={() => list.refetch()} />
+      ) : (
+        <Table<Schemas["Webhook"]>
+          rowKey="id"
+          size="small"
+          loading={list.isLoading}
+          dataSource={list.data}
+          locale={{ emptyText: <EmptyState /> }}
+          expandable={{ expandedRowRender: (w) => <Deliveries id={w.id} /> }}
+          columns={[
+            { title: "URL", dataIndex: "url", render: (u: string) => <code>{u}</code> },
+            { title: t("webhook.events"), dataIndex: "events", render: (e: string[]) => e.map((x) => <Tag key={x}>{x}</Tag>) },
+            { title: t("admin.description"), dataIndex: "description" },
+            { title: t("admin.active"), dataIndex: "active", render: (v: boolean) => (v ? "✓" : "✗") },
+            { title: t("common.created"), dataIndex: "created_at", render: fmtTime },
+          ]}
+        />
+      )}
+      <CreateModal<{ url: string; events: Schemas["EventsEnum"][]; description?: string }>
+        title={t("nav.webhooks")}
+        open={open}
+        onClose={() => setOpen(false)}
+        initial={{ events: EVENTS }}
+        onSubmit={async (v) => {
+          const res = unwrap(
+            await api.POST("/api/v1/webhooks/", {
+              body: { tenant: tenant!.id, url: v.url, events: v.events, description: v.description ?? "" },
+            }),
+          ) as Schemas["WebhookCreated"];
+          setSecret(res.secret);
+          qc.invalidateQueries({ queryKey: ["webhooks"] });
+        }}
+      >
+        <Form.Item label="URL" name="url" rules={[{ required: true }]}>
+          <Input placeholder="https://" data-testid="webhook-url" />
+        </Form.Item>
+        <Form.Item label={t("webhook.events")} name="events" rules={[{ required: true }]}>
+          <Select mode="multiple" options={EVENTS.map((e) => ({ value: e, label: e }))} />
+        </Form.Item>
+        <Form.Item label={t("admin.description")} name="description">
+          <Input />
+        </Form.Item>
+      </CreateModal>
+    </Section>
+  );
+}
+
 const SECTIONS: Record<string, () => JSX.Element> = {
   members: Members,
   invitations: Invitations,
@@ -708,6 +824,7 @@ const SECTIONS: Record<string, () => JSX.Element> = {
   tokens: Tokens,
   audit: Audit,
   signatures: Signatures,
+  webhooks: Webhooks,
 };
 
 export default function AdminPage() {
