@@ -195,6 +195,7 @@ const scenarios = {
       ["tokens", "Access tokens", "访问令牌"],
       ["audit", "Audit log", "审计日志"],
       ["signatures", "Failure signatures", "故障特征"],
+      ["webhooks", "Webhooks", "Webhook"],
     ];
     for (const lang of ["en", "zh"]) {
       const page = await newPage(browser, lang);
