@@ -9,8 +9,8 @@ from functools import partial
 from django.core.exceptions import ValidationError
 from django.http import Http404, HttpResponseRedirect, StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import mixins, status
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import mixins, serializers, status
 from rest_framework.decorators import action
 from rest_framework.parsers import JSONParser, MultiPartParser
 from rest_framework.response import Response
@@ -284,6 +284,12 @@ class RegisteredModelViewSet(
         response["X-Torus-Sha256"] = row.sha256
         return response
 
+    @extend_schema(
+        responses=inline_serializer(
+            "ModelUploadState",
+            {"path": serializers.CharField(), "size": serializers.IntegerField()},
+        )
+    )
     @action(
         detail=True,
         methods=["get"],
@@ -318,6 +324,7 @@ class RegisteredModelViewSet(
         response["Content-Disposition"] = f'attachment; filename="{name}"'
         return response
 
+    @extend_schema(responses=OpenApiTypes.OBJECT)
     @action(detail=True, methods=["get"], url_path=f"{VERSION}/lineage", policy_action="read")
     def lineage(self, request, pk=None, number=None):
         """The version's job, attempts (with their logs), metrics and dataset versions."""
@@ -338,7 +345,8 @@ class RegisteredModelViewSet(
         parameters=[
             OpenApiParameter("a", OpenApiTypes.INT, required=True),
             OpenApiParameter("b", OpenApiTypes.INT, required=True),
-        ]
+        ],
+        responses=OpenApiTypes.OBJECT,
     )
     @action(detail=True, methods=["get"], policy_action="read")
     def compare(self, request, pk=None):
@@ -379,6 +387,7 @@ class RegisteredModelViewSet(
         row = services.alias_set(actor=self.actor, model=model, name=alias, version=version)
         return Response(AliasSerializer(row).data)
 
+    @extend_schema(responses=OpenApiTypes.OBJECT)
     @action(detail=True, methods=["get"], url_path="alias-history", policy_action="read")
     def alias_history(self, request, pk=None):
         """Every move of this model's aliases, oldest first (from the audit log)."""

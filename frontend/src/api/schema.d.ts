@@ -2011,6 +2011,10 @@ export interface components {
             size?: number;
             sha256?: string;
         };
+        ModelUploadState: {
+            path: string;
+            size: number;
+        };
         ModelVersion: {
             /** Format: uuid */
             readonly id: string;
@@ -9269,7 +9273,9 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["RegisteredModel"];
+                    "application/json": {
+                        [key: string]: unknown;
+                    };
                 };
             };
             /** @description Invalid input; `fields` names each bad field and why. */
@@ -9700,7 +9706,9 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["RegisteredModel"];
+                    "application/json": {
+                        [key: string]: unknown;
+                    };
                 };
             };
             /** @description Invalid input; `fields` names each bad field and why. */
@@ -10787,7 +10795,9 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["RegisteredModel"];
+                    "application/json": {
+                        [key: string]: unknown;
+                    };
                 };
             };
             /** @description Invalid input; `fields` names each bad field and why. */
@@ -11002,7 +11012,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["RegisteredModel"];
+                    "application/json": components["schemas"]["ModelUploadState"];
                 };
             };
             /** @description Invalid input; `fields` names each bad field and why. */
