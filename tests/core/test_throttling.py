@@ -48,3 +48,18 @@ def test_anonymous_callers_are_throttled_by_address(low_rates):
     client = APIClient()
     codes = [client.get(reverse("auth-csrf")).status_code for _ in range(3)]
     assert codes == [200, 200, 429]
+
+
+@pytest.mark.django_db
+def test_a_history_left_by_drfs_list_throttle_does_not_break_requests(acme, low_rates):
+    """The window is a sorted set under its own key: a pickled list kept by the previous
+    implementation (a deploy mid-window) neither fails the request nor counts."""
+    from django.core.cache import cache
+
+    from apps.tenancy.models import AccessToken, hash_token
+
+    token = AccessToken.objects.get(token_hash=hash_token(acme.tokens[Role.MEMBER]))
+    cache.set(f"throttle_principal_token:{token.pk}", [0.0, 0.0, 0.0], 60)
+    client = acme.client(Role.MEMBER)
+    url = reverse("project-list")
+    assert [client.get(url).status_code for _ in range(4)] == [200, 200, 200, 429]
