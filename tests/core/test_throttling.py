@@ -10,16 +10,14 @@ from tests.conftest import bearer_client
 
 
 @pytest.fixture
-def low_rates(settings):
-    rest = dict(settings.REST_FRAMEWORK)
-    rest["DEFAULT_THROTTLE_RATES"] = {"principal": "3/min", "anon": "2/min"}
-    settings.REST_FRAMEWORK = rest
+def low_rates(settings, monkeypatch):
+    # imported before the settings change: a first import afterwards would take the low
+    # rates as its class default, and they would outlive this test
     from rest_framework.throttling import SimpleRateThrottle
 
-    original = SimpleRateThrottle.THROTTLE_RATES
-    SimpleRateThrottle.THROTTLE_RATES = rest["DEFAULT_THROTTLE_RATES"]
-    yield
-    SimpleRateThrottle.THROTTLE_RATES = original
+    rates = {"principal": "3/min", "anon": "2/min"}
+    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": rates}
+    monkeypatch.setattr(SimpleRateThrottle, "THROTTLE_RATES", rates)
 
 
 @pytest.mark.django_db
