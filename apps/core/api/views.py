@@ -2,6 +2,7 @@
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import viewsets
+from rest_framework.generics import get_object_or_404
 
 from apps.core.actor import Actor
 from apps.core.api.permissions import matrix_action, restrict
@@ -59,3 +60,11 @@ class TenantScopedViewSet(viewsets.GenericViewSet):
 
     def get_queryset(self):
         return self.restrict(super().get_queryset())
+
+    def get_object(self):
+        """The row by its key among those this action may see. The listing's filters and
+        ordering (django-filter builds a FilterSet per call) play no part in finding it."""
+        key = self.kwargs[self.lookup_url_kwarg or self.lookup_field]
+        obj = get_object_or_404(self.get_queryset(), **{self.lookup_field: key})
+        self.check_object_permissions(self.request, obj)
+        return obj
