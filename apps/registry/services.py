@@ -176,24 +176,24 @@ def model_create(
 
 def model_update(*, actor: Actor, model: RegisteredModel, **fields) -> RegisteredModel:
     authorize(actor, resource="model", action="update", tenant_id=model.tenant_id, target=model)
-    changes = {}
+    return _describe(actor=actor, row=model, action="model.update", fields=fields, changes={})
+
+
+def _describe(*, actor: Actor, row, action: str, fields: dict, changes: dict):
+    """Set a model's or version's description and tags from `fields`, save, audit."""
     if "description" in fields:
-        changes["description"] = [model.description, fields["description"]]
-        model.description = fields["description"]
+        changes["description"] = [row.description, fields["description"]]
+        row.description = fields["description"]
     if "tags" in fields:
         tags = _tags(fields["tags"])
-        changes["tags"] = [model.tags, tags]
-        model.tags = tags
+        changes["tags"] = [row.tags, tags]
+        row.tags = tags
     with transaction.atomic():
-        model.save()
+        row.save()
         audit_record(
-            actor=actor,
-            tenant_id=model.tenant_id,
-            action="model.update",
-            target=model,
-            changes=changes,
+            actor=actor, tenant_id=row.tenant_id, action=action, target=row, changes=changes
         )
-    return model
+    return row
 
 
 def model_delete(*, actor: Actor, model: RegisteredModel) -> None:
@@ -782,23 +782,9 @@ def version_update(*, actor: Actor, version: ModelVersion, **fields) -> ModelVer
             raise ValidationError({"card": [f"At most {MAX_CARD} characters."]})
         changes["card"] = ["…", "…"]
         version.card = fields["card"]
-    if "description" in fields:
-        changes["description"] = [version.description, fields["description"]]
-        version.description = fields["description"]
-    if "tags" in fields:
-        tags = _tags(fields["tags"])
-        changes["tags"] = [version.tags, tags]
-        version.tags = tags
-    with transaction.atomic():
-        version.save()
-        audit_record(
-            actor=actor,
-            tenant_id=version.tenant_id,
-            action="model_version.update",
-            target=version,
-            changes=changes,
-        )
-    return version
+    return _describe(
+        actor=actor, row=version, action="model_version.update", fields=fields, changes=changes
+    )
 
 
 # -- webhooks -----------------------------------------------------------------------------------
