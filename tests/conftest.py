@@ -183,5 +183,14 @@ def _dataset_cache_root(settings):
 
 
 @pytest.fixture(autouse=True)
+def _fresh_channel_layers():
+    """A channel layer per test: channels_redis keeps asyncio locks bound to the event loop
+    that first used them, and each async test runs in a loop of its own."""
+    from channels.layers import channel_layers
+
+    channel_layers.backends.clear()
+
+
+@pytest.fixture(autouse=True)
 def _fast_passwords(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
