@@ -1,6 +1,6 @@
 """Where a job can run: the cluster and partition whose nodes fit its request."""
 
-from django.core.exceptions import ValidationError
+from rest_framework.exceptions import ValidationError  # nested fields: environment.image
 
 from apps.compute.models import Cluster, Node, Partition
 
@@ -16,20 +16,49 @@ def _node_fits(node: Node, resources: dict) -> bool:
     )
 
 
-def choose_placement(*, resources: dict, needs_containers: bool = False) -> tuple[Cluster, str]:
-    """The first cluster/partition with enough nodes that each fit the per-node request.
-
-    Raises ValidationError naming `resources` when nothing could ever run the job.
-    """
+def candidate_clusters(*, named: str | None = None, project=None) -> list[Cluster]:
+    """Where a job may run: the cluster its spec names; else its project's default, its
+    tenant's, then the platform's (is_default); with no default anywhere, every cluster."""
+    if named:
+        return list(Cluster.objects.filter(name=named))
+    if project is not None:
+        chosen = project.default_cluster_id or project.tenant.default_cluster_id
+        if chosen:
+            return list(Cluster.objects.filter(pk=chosen))
     clusters = list(Cluster.objects.order_by("-is_default", "name"))
+    defaults = [c for c in clusters if c.is_default]
+    return defaults or clusters
+
+
+def choose_placement(
+    *, resources: dict, needs_containers: bool = False, clusters: list[Cluster] | None = None
+) -> tuple[Cluster, str]:
+    """The first cluster/partition among `clusters` (default: candidate_clusters()) with
+    enough nodes that each fit the per-node request.
+
+    Raises a (400) ValidationError naming `resources` when nothing could ever run the job, and
+    `environment.image` when it asks for a container where none runs.
+    """
+    if clusters is None:
+        clusters = candidate_clusters()
     if not clusters:
         raise ValidationError({"resources": ["No cluster is configured on this platform."]})
     if needs_containers:
-        clusters = [c for c in clusters if c.supports_containers]
-        if not clusters:
-            raise ValidationError(
-                {"environment": ["No cluster here runs containers; use a venv or conda path."]}
+        runs = [c for c in clusters if c.supports_containers]
+        if not runs:
+            names = ", ".join(c.name for c in clusters)
+            others = list(
+                Cluster.objects.filter(supports_containers=True).values_list("name", flat=True)
             )
+            hint = (
+                f"; name one that does (cluster: {others[0]})"
+                if others
+                else "; use a venv or conda path"
+            )
+            raise ValidationError(
+                {"environment": {"image": [f"Cluster {names} runs no containers{hint}."]}}
+            )
+        clusters = runs
     wanted = resources.get("partition")
     nodes_by_cluster: dict = {}
     for node in Node.objects.filter(cluster__in=clusters):

@@ -58,7 +58,15 @@ class NodeSerializer(serializers.ModelSerializer):
 class AcceleratorTypeSerializer(serializers.ModelSerializer):
     class Meta:
         model = AcceleratorType
-        fields = ["id", "name", "vendor", "gres_name", "resource_name", "visible_devices_env"]
+        fields = [
+            "id",
+            "name",
+            "vendor",
+            "gres_name",
+            "resource_name",
+            "visible_devices_env",
+            "memory_mb",
+        ]
         read_only_fields = fields
 
 

@@ -1,4 +1,4 @@
-"""Backends behind one interface (base.Backend): Slurm today; see for_cluster()."""
+"""Backends behind one interface (base.Backend): Slurm and Kubernetes; see for_cluster()."""
 
 from apps.compute.backends.base import Backend
 from apps.compute.models import Backend as BackendKind
@@ -10,4 +10,8 @@ def for_cluster(cluster: Cluster) -> Backend:
         from apps.compute.backends.slurm import SlurmBackend
 
         return SlurmBackend(cluster)
-    raise NotImplementedError(f"no backend for {cluster.backend!r} clusters yet")
+    if cluster.backend == BackendKind.KUBERNETES:
+        from apps.compute.backends.kubernetes.backend import KubernetesBackend
+
+        return KubernetesBackend(cluster)
+    raise NotImplementedError(f"no backend for {cluster.backend!r} clusters")

@@ -2,6 +2,7 @@
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Protocol
 
 
@@ -39,6 +40,20 @@ class Submission:
     uid: int = 0
     gid: int = 0
     account: str = ""
+    # Where it runs, for backends that place jobs by owner (Kubernetes: a namespace per tenant
+    # or project, a Kueue LocalQueue, volumes of the project's storage): slugs, validated.
+    tenant: str = ""
+    project: str = ""
+    # A container image (only on clusters with supports_containers; the registry is checked
+    # against the tenant's allowlist before this is built) and the accelerator's extended
+    # resource name (AcceleratorType.resource_name, e.g. "nvidia.com/gpu").
+    image: str = ""
+    accelerator_resource: str = ""
+    # Labels a backend may put on its objects (keys and values already validated).
+    labels: dict[str, str] = field(default_factory=dict)
+    # Lowers the job's priority in the cluster's own queue (Slurm's nice; 0 leaves it): the
+    # platform's size order (apps/jobs/priority.py cluster_nice). Never negative.
+    nice: int = 0
 
 
 @dataclass
@@ -55,6 +70,12 @@ class BackendJob:
     started_at: datetime | None = None
     ended_at: datetime | None = None
     restarts: int = 0  # times the backend itself requeued the job
+    # Among several backend jobs with one tag, the highest `order` is the current one
+    # (Slurm: the numeric job id; Kubernetes: the creation time). Backend ids are opaque
+    # strings everywhere else.
+    order: int = 0
+    # Where it waits, when pending: e.g. the position in its queue (Kueue's visibility API).
+    queue_position: int | None = None
 
 
 @dataclass
@@ -68,6 +89,9 @@ class NodeInfo:
     accelerators_in_use: dict[str, dict[str, int]]
     state: str
     reason: str
+    # Translated by the backend: False when the node cannot run work (down, drained, not
+    # ready, gone); the reconciler restarts attempts that ran on such nodes elsewhere.
+    healthy: bool = True
 
 
 @dataclass
@@ -79,7 +103,58 @@ class PartitionInfo:
     node_names: list[str]
 
 
+@dataclass(frozen=True)
+class LogRef:
+    """One output stream of one attempt, as a log source finds it."""
+
+    tag: str  # the attempt's tag, as in Submission.tag ("torus:<attempt id>")
+    backend_id: str  # "" before the attempt reached the cluster
+    stream: str  # "stdout" or "stderr"
+    path: str  # the file the Submission named for this stream (Submission.stdout_path...)
+
+
+class LogSource(Protocol):
+    """Where an attempt's output is read from, by byte offsets the platform keeps (the
+    shipper, the log API, live tail and failure signatures all read through this)."""
+
+    def read(self, *, ref: LogRef, offset: int, limit: int) -> bytes | None:
+        """Up to `limit` bytes of the stream from byte `offset` (b"" at its end so far);
+        None when the stream does not exist (not started yet, or gone for good). Raise
+        ClusterUnavailable when the cluster does not answer (the caller retries later)."""
+
+    def size(self, *, ref: LogRef) -> int | None:
+        """The stream's length in bytes so far; None when it does not exist."""
+
+
+class FileLogSource:
+    """Output in files on storage shared with the compute nodes (Slurm's --output/--error)."""
+
+    def read(self, *, ref: LogRef, offset: int, limit: int) -> bytes | None:
+        if not ref.path:
+            return None
+        try:
+            with open(ref.path, "rb") as handle:
+                handle.seek(offset)
+                return handle.read(limit)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+
+    def size(self, *, ref: LogRef) -> int | None:
+        try:
+            return Path(ref.path).stat().st_size if ref.path else None
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+
+
 class Backend(Protocol):
+    # The backend's name in messages: "waiting in Slurm: Resources", "waiting in Kubernetes".
+    display_name: str
+    # True where the cluster may put a started job back in its queue by itself (Slurm's
+    # requeue): the reconciler then takes it back and restarts the attempt itself. Elsewhere
+    # a started attempt read as waiting stays RUNNING (the backend's own retry, or a stale
+    # read) until the backend reports an end. Absent: False.
+    requeues_jobs: bool
+
     def submit(self, submission: Submission) -> str:
         """Submit one attempt; return the backend's job id."""
 
@@ -99,6 +174,19 @@ class Backend(Protocol):
     def attempt_outcome(self, job: BackendJob) -> str:
         """The AttemptState a backend state word maps to."""
 
+    def waiting_message(self, job: BackendJob) -> str:
+        """Why a pending job waits, in the platform's words: "waiting in Slurm: Resources",
+        "waiting in Kueue: insufficient nvidia.com/gpu quota (position 3)"."""
+
     def ensure_association(self, *, user: str, account: str, parent: str) -> None:
         """Make the cluster account `account` (under `parent`) and let `user` run jobs in it;
         idempotent."""
+
+    def tenant_gpu_limit(self, *, tenant: str, account: str, gpus: int | None) -> None:
+        """Hold the tenant's GPU quota in the cluster itself (None: unlimited): `tenant` is
+        the tenant's slug, `account` its cluster account (the `parent` of ensure_association).
+        Slurm: GrpTRES gres/gpu of the account; Kubernetes: the tenant's ClusterQueue quota
+        and ResourceQuota. Idempotent; called only after the value changed."""
+
+    def log_source(self) -> LogSource:
+        """Where this cluster's attempt output is read from."""

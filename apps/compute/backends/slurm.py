@@ -14,6 +14,7 @@ import jwt
 from apps.compute.backends.base import (
     BackendJob,
     ClusterUnavailable,
+    FileLogSource,
     NodeInfo,
     PartitionInfo,
     Submission,
@@ -51,6 +52,9 @@ OUTCOMES = {
     "PREEMPTED": "PREEMPTED",
 }
 
+# Node state words of a node that cannot run work: its attempts are restarted elsewhere.
+UNHEALTHY_NODE_WORDS = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "UNKNOWN")
+
 _clients: dict[str, httpx.Client] = {}
 _clients_lock = threading.Lock()
 
@@ -87,6 +91,8 @@ def render_request(submission: Submission) -> dict:
         job["partition"] = submission.partition
     if submission.accelerators_per_node:
         job["gres"] = gres_request(submission)
+    if submission.nice > 0:
+        job["nice"] = int(submission.nice)
     # openapi/v0.0.38 has no field for excluded nodes: such attempts go through sbatch.
     return {"script": LAUNCHER, "job": job}
 
@@ -127,6 +133,8 @@ def sbatch_argv(submission: Submission) -> list[str]:
         argv.append(f"--gres={gres_request(submission)}")
     if submission.exclude_nodes:
         argv.append(f"--exclude={','.join(submission.exclude_nodes)}")
+    if submission.nice > 0:
+        argv.append(f"--nice={int(submission.nice)}")
     return argv
 
 
@@ -138,6 +146,16 @@ def _epoch(value) -> datetime | None:
     return datetime.fromtimestamp(int(value), tz=UTC)
 
 
+def _order(job_id: str) -> int:
+    """Slurm's job ids grow: the highest is the newest (an array task '12_3' counts as 12)."""
+    head = str(job_id).split("_")[0].split("+")[0]
+    return int(head) if head.isdigit() else 0
+
+
+def node_healthy(state: str) -> bool:
+    return not any(word in state.upper() for word in UNHEALTHY_NODE_WORDS)
+
+
 def _wait_status(raw) -> tuple[int | None, int | None]:
     """slurmrestd's exit_code is the raw wait status: exit code << 8 | signal."""
     if raw is None:
@@ -147,6 +165,9 @@ def _wait_status(raw) -> tuple[int | None, int | None]:
 
 
 class SlurmBackend:
+    display_name = "Slurm"
+    requeues_jobs = True  # a node failure or an operator's scontrol requeue
+
     def __init__(self, cluster: Cluster):
         config = cluster.config or {}
         self.cluster = cluster
@@ -265,6 +286,7 @@ class SlurmBackend:
                     started_at=_epoch(job.get("start_time")),
                     ended_at=_epoch(job.get("end_time")),
                     restarts=int(job.get("restart_cnt") or 0),
+                    order=_order(job["job_id"]),
                 )
             )
         return found
@@ -303,6 +325,7 @@ class SlurmBackend:
                     signal=int(signal) if signal.isdigit() and int(signal) else None,
                     started_at=_parse_time(parts[5]),
                     ended_at=_parse_time(parts[6]),
+                    order=_order(parts[0]),
                 )
             )
         return found
@@ -327,6 +350,7 @@ class SlurmBackend:
                 accelerators_in_use=parse_gres(node.get("gres_used") or ""),
                 state=str(node.get("state") or "").upper(),
                 reason=str(node.get("reason") or ""),
+                healthy=node_healthy(str(node.get("state") or "")),
             )
             for node in nodes_body.get("nodes", [])
         ]
@@ -344,6 +368,14 @@ class SlurmBackend:
 
     def attempt_outcome(self, job: BackendJob) -> str:
         return OUTCOMES.get(job.state, "SUBMITTED")
+
+    def waiting_message(self, job: BackendJob) -> str:
+        shown = job.reason if job.reason not in ("", "None") else ""
+        return f"waiting in Slurm: {shown}" if shown else "waiting in Slurm"
+
+    def log_source(self) -> FileLogSource:
+        """--output and --error files in the job's directory on the shared storage."""
+        return FileLogSource()
 
     def ensure_association(self, *, user: str, account: str, parent: str) -> None:
         """Slurm accounts per tenant (`parent`, under root) and project (`account`), and the
@@ -366,9 +398,9 @@ class SlurmBackend:
         if user not in found.split():
             raise SubmitRejected(f"no Slurm association for {user} in {account}: {errors}")
 
-    def account_gpu_limit(self, *, account: str, gpus: int | None) -> None:
-        """GrpTRES gres/gpu of an account (None: unlimited); takes effect where the cluster
-        enforces limits (AccountingStorageEnforce=limits)."""
+    def tenant_gpu_limit(self, *, tenant: str, account: str, gpus: int | None) -> None:
+        """GrpTRES gres/gpu of the tenant's account (None: unlimited); takes effect where the
+        cluster enforces limits (AccountingStorageEnforce=limits)."""
         value = "-1" if gpus is None else str(int(gpus))
         try:
             self._run(

@@ -304,7 +304,7 @@ def run(plan_path: Path, *, node: str) -> dict:
     out_dir = Path(plan["out_dir"])
     started = time.monotonic()
     cache = None
-    why_not = "turned off in the job's spec" if not plan.get("cache") else ""
+    why_not = "" if plan.get("cache") else plan.get("note") or "turned off in the job's spec"
     if plan.get("cache"):
         cache = Cache(Path(plan["cache_dir"].replace("{node}", node)), limit=plan["limit_bytes"])
         why_not = cache.usable()

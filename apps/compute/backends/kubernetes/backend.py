@@ -1,0 +1,353 @@
+"""The Kubernetes backend: Jobs (Indexed with a headless Service when they span nodes) in
+a namespace per tenant or project, admitted whole by Kueue. Jobs are followed by the
+watcher (watch.py), whose records jobs() reads from Redis: a reconcile pass makes one
+Kubernetes request (inventory's node list) whatever the number of jobs."""
+
+import hashlib
+import json
+import time
+from datetime import datetime
+
+from django.conf import settings as django_settings
+from django.core.cache import cache
+
+from apps.compute.backends.base import (
+    BackendJob,
+    ClusterUnavailable,
+    LogRef,
+    NodeInfo,
+    PartitionInfo,
+    Submission,
+    SubmitRejected,
+)
+from apps.compute.backends.kubernetes import manifests, names, outcomes, pending
+from apps.compute.backends.kubernetes.client import ApiError, KubeClient
+from apps.compute.backends.kubernetes.settings import KubeSettings
+from apps.compute.backends.kubernetes.watch import Store
+from apps.compute.models import Cluster
+
+STALE_AFTER = 30  # seconds without the watcher's heartbeat: the cluster counts as silent
+PLACE_TTL = 3600
+
+
+def split_id(backend_id: str) -> tuple[str, str]:
+    ns, _, name = (backend_id or "").partition("/")
+    return names.dns_label(ns, field="backend id"), names.dns_label(name, field="backend id")
+
+
+class KubernetesBackend:
+    display_name = "Kubernetes"
+
+    def __init__(self, cluster: Cluster):
+        self.cluster = cluster
+        self.settings = KubeSettings.from_config(
+            cluster.config, job_root=str(getattr(django_settings, "TORUS_JOB_ROOT", ""))
+        )
+        self.store = Store(cluster.pk)
+        self._client = None
+        # within one backend object (a dispatch pass): what the cache said, asked once
+        self._pools: list[str] | None = None
+        self._placed: dict[tuple[str, str], str] = {}
+
+    @property
+    def client(self) -> KubeClient:
+        if self._client is None:
+            self._client = KubeClient(self.settings)
+        return self._client
+
+    # -- the tenant's place -----------------------------------------------------------------
+
+    def pools(self) -> list[str]:
+        """The pools (node label values), cached a minute."""
+        if self._pools is not None:
+            return self._pools
+        key = f"torus:k8s:{self.cluster.pk}:pools"
+        found = cache.get(key)
+        if found is None:
+            nodes = self.client.get("Node").get("items") or []
+            found = sorted(
+                {(n["metadata"].get("labels") or {}).get(self.settings.pool_label) for n in nodes}
+                - {None}
+            )
+            cache.set(key, found, timeout=60)
+        self._pools = found
+        return found
+
+    def accelerator_resources(self) -> list[str]:
+        from apps.compute.models import AcceleratorType
+
+        found = AcceleratorType.objects.exclude(resource_name="").values_list(
+            "resource_name", flat=True
+        )
+        return sorted(names.qualified_name(r, field="accelerator resource") for r in found)
+
+    def place_objects(self, *, tenant: str, project: str) -> list[dict]:
+        """The tenant's namespace with its guard rails and queue, and the project's volume
+        (the quota objects: tenant_gpu_limit)."""
+        s = self.settings
+        ns = manifests.namespace_name(settings=s, tenant=tenant, project=project)
+        per_project = project if s.namespace_per == "project" else None
+        objects = [
+            manifests.namespace(name=ns, tenant=tenant, project=per_project),
+            manifests.network_policy(namespace=ns),
+            manifests.persistent_volume(settings=s, tenant=tenant, project=project, namespace=ns),
+            manifests.persistent_volume_claim(
+                settings=s, tenant=tenant, project=project, namespace=ns
+            ),
+        ]
+        if s.kueue:
+            objects[1:1] = [manifests.resource_flavor(settings=s, pool=p) for p in self.pools()]
+            objects.append(manifests.local_queue(namespace=ns, tenant=tenant))
+        return objects
+
+    def ensure_place(self, *, tenant: str, project: str) -> str:
+        """Bring the tenant's place to its state; remembered in the cache (by the objects'
+        digest: a new pool makes it again), so a submit after the first costs no request."""
+        if (tenant, project) in self._placed:
+            return self._placed[(tenant, project)]
+        objects = self.place_objects(tenant=tenant, project=project)
+        text = json.dumps(objects, sort_keys=True).encode()
+        digest = hashlib.sha256(text).hexdigest()[:16]
+        key = f"torus:k8s:{self.cluster.pk}:place:{tenant}:{project}:{digest}"
+        ns = objects[0]["metadata"]["name"]
+        if cache.get(key):
+            self._placed[(tenant, project)] = ns
+            return ns
+        for obj in objects:
+            self.client.apply(obj)
+        if self.settings.kueue:  # with the pools of now, keeping the tenant's limit
+            try:
+                current = self.client.get(
+                    "ClusterQueue", name=manifests.cluster_queue_name(tenant=tenant)
+                )
+                gpus = manifests.gpu_limit_of(current)
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+                gpus = None
+            self._apply_quota(tenant=tenant, gpus=gpus, namespaces=[ns] if gpus is None else None)
+        cache.set(key, True, timeout=PLACE_TTL)
+        self._placed[(tenant, project)] = ns
+        return ns
+
+    def ensure_association(self, *, user: str, account: str, parent: str) -> None:
+        """Nothing per user on Kubernetes: pods run as the submitter's uid (securityContext)
+        and the tenant's place is made by submit() from the submission's slugs."""
+
+    def tenant_gpu_limit(self, *, tenant: str, account: str, gpus: int | None) -> None:
+        """The tenant's ClusterQueue quota and its namespaces' ResourceQuota."""
+        self._apply_quota(tenant=tenant, gpus=gpus)
+
+    def _apply_quota(self, *, tenant: str, gpus: int | None, namespaces=None) -> None:
+        s = self.settings
+        resources = self.accelerator_resources()
+        if s.kueue:
+            queue = manifests.cluster_queue(
+                settings=s, tenant=tenant, pools=self.pools(), resources=resources, gpus=gpus
+            )
+            self.client.apply(queue)
+        if namespaces is None:
+            query = {
+                "labelSelector": f"{manifests.L_TENANT}={names.dns_label(tenant, field='tenant')}"
+            }
+            found = self.client.get("Namespace", query=query).get("items") or []
+            namespaces = [item["metadata"]["name"] for item in found]
+        for ns in namespaces:
+            for resource in resources[:1]:
+                self.client.apply(
+                    manifests.resource_quota(namespace=ns, resource=resource, gpus=gpus)
+                )
+
+    # -- jobs -------------------------------------------------------------------------------
+
+    def submit(self, submission: Submission) -> str:
+        self.ensure_place(tenant=submission.tenant, project=submission.project)
+        ns, job = manifests.job(settings=self.settings, submission=submission, pools=self.pools())
+        name = job["metadata"]["name"]
+        try:
+            created = self.client.create(job)
+        except ApiError as exc:
+            if exc.status != 409:
+                raise SubmitRejected(str(exc)) from exc
+            created = self.client.get("Job", namespace=ns, name=name)  # submitted before
+            if (created["metadata"].get("annotations") or {}).get(
+                manifests.A_TAG
+            ) != submission.tag:
+                raise SubmitRejected(f"a Job {ns}/{name} exists for another attempt") from exc
+        if submission.nodes > 1:
+            svc = manifests.service(job=job, owner_uid=created["metadata"]["uid"])
+            try:
+                self.client.create(svc)
+            except ApiError as exc:
+                if exc.status != 409:
+                    raise SubmitRejected(str(exc)) from exc
+        return f"{ns}/{name}"
+
+    def _records(self) -> dict[str, dict]:
+        records, beat = self.store.read()
+        if beat is None or time.time() - beat > STALE_AFTER:
+            age = "never" if beat is None else f"{int(time.time() - beat)} s ago"
+            name = self.cluster.name
+            raise ClusterUnavailable(
+                f"the watch of cluster {name} last reported {age} (is kube_watch running?)"
+            )
+        return records
+
+    def jobs(self) -> list[BackendJob]:
+        return [outcomes.backend_job(r) for r in self._records().values()]
+
+    def accounting(self, *, tags: set[str], since: datetime) -> list[BackendJob]:
+        return [outcomes.backend_job(r) for r in self.store.gone(tags)]
+
+    def cancel(self, backend_id: str) -> None:
+        ns, name = split_id(backend_id)
+        try:
+            self.client.delete("Job", namespace=ns, name=name)
+        except ApiError as exc:
+            if exc.status != 404:
+                raise ClusterUnavailable(str(exc)) from exc
+
+    def ping(self) -> None:
+        self.client.request("GET", "/version")
+
+    def inventory(self) -> tuple[list[PartitionInfo], list[NodeInfo]]:
+        from apps.compute.models import AcceleratorType
+
+        gres = dict(
+            AcceleratorType.objects.exclude(resource_name="").values_list(
+                "resource_name", "gres_name"
+            )
+        )
+        items = self.client.get("Node").get("items") or []
+        pool_label = self.settings.pool_label
+        nodes, pools = [], {}
+        for item in items:
+            meta, status = item["metadata"], item.get("status") or {}
+            labels = meta.get("labels") or {}
+            ready = next((c for c in status.get("conditions") or [] if c["type"] == "Ready"), {})
+            cordoned = bool((item.get("spec") or {}).get("unschedulable"))
+            state = "READY" if ready.get("status") == "True" else "DOWN"
+            if cordoned:
+                state += "+DRAIN"
+            pool = labels.get(pool_label, "")
+            if pool:
+                pools.setdefault(pool, []).append(meta["name"])
+            capacity = status.get("allocatable") or status.get("capacity") or {}
+            accelerators = {}
+            for resource, gres_name in gres.items():
+                if int(capacity.get(resource, 0) or 0):
+                    kind = labels.get(f"{resource}.product", "")
+                    accelerators.setdefault(gres_name, {})[kind] = int(capacity[resource])
+            nodes.append(
+                NodeInfo(
+                    name=meta["name"],
+                    address=next((a["address"] for a in status.get("addresses") or []), ""),
+                    partitions=[pool] if pool else [],
+                    cpus=_cpus(capacity.get("cpu", "0")),
+                    memory_mb=_mebibytes(capacity.get("memory", "0")),
+                    accelerators=accelerators,
+                    accelerators_in_use={},
+                    state=state,
+                    reason=ready.get("message", "") if state != "READY" else "",
+                    healthy=state == "READY",
+                )
+            )
+        present = {n.name for n in nodes}
+        for name in sorted(set(self.store.read_lost_nodes()) - present):
+            nodes.append(
+                NodeInfo(
+                    name=name, address="", partitions=[], cpus=0, memory_mb=0, accelerators={},
+                    accelerators_in_use={}, state="DOWN+GONE", reason="the node left the cluster",
+                    healthy=False,
+                )
+            )  # fmt: skip
+        partitions = [
+            PartitionInfo(
+                name=p, is_default=False, state="UP", max_time_minutes=None, node_names=sorted(n)
+            )
+            for p, n in sorted(pools.items())
+        ]
+        return partitions, nodes
+
+    def attempt_outcome(self, job: BackendJob) -> str:
+        return outcomes.attempt_state(job.state)
+
+    def waiting_message(self, job: BackendJob) -> str:
+        return pending.waiting_message(
+            state=job.state, reason=job.reason, position=job.queue_position
+        )
+
+    def log_source(self) -> "PodLogSource":
+        return PodLogSource(self)
+
+
+class PodLogSource:
+    """An attempt's output through the pod log API: stdout is rank 0's pod log (Kubernetes
+    keeps a container's stdout and stderr in one log, so stderr reads as empty). The log
+    is read whole and sliced at the caller's byte offset."""
+
+    def __init__(self, backend: KubernetesBackend):
+        self.backend = backend
+
+    def _pod(self, ref: LogRef) -> tuple[str, str] | None:
+        if not ref.backend_id:
+            return None
+        records = self.backend.store.read()[0]
+        record = records.get(ref.tag) or next(iter(self.backend.store.gone({ref.tag})), None)
+        if not record or not record.get("pods"):
+            return None
+        ns, _ = split_id(record["backend_id"])
+        return ns, names.dns_subdomain(record["pods"][0], field="pod")
+
+    def _log(self, ref: LogRef) -> bytes | None:
+        pod = self._pod(ref)
+        if pod is None:
+            return None
+        if ref.stream == "stderr":
+            return b""
+        try:
+            response = self.backend.client._send(
+                "GET", f"/api/v1/namespaces/{pod[0]}/pods/{pod[1]}/log"
+            )
+        except ApiError as exc:
+            if exc.status in (400, 404):
+                return None
+            raise
+        data = response.read()
+        if response.status in (400, 404):  # not started, or gone
+            return None
+        if not 200 <= response.status < 300:
+            raise ClusterUnavailable(f"pod log of {pod[0]}/{pod[1]}: HTTP {response.status}")
+        return data
+
+    def read(self, *, ref: LogRef, offset: int, limit: int) -> bytes | None:
+        data = self._log(ref)
+        return None if data is None else data[offset : offset + limit]
+
+    def size(self, *, ref: LogRef) -> int | None:
+        data = self._log(ref)
+        return None if data is None else len(data)
+
+
+def _cpus(value: str) -> int:
+    value = str(value)
+    return int(value[:-1]) // 1000 if value.endswith("m") else int(float(value))
+
+
+UNITS = {
+    "Ki": 1 / 1024,
+    "Mi": 1,
+    "Gi": 1024,
+    "Ti": 1024**2,
+    "K": 1 / 1048.576,
+    "M": 1 / 1.048576,
+    "G": 953.67431640625,
+}
+
+
+def _mebibytes(value: str) -> int:
+    value = str(value)
+    for suffix, factor in UNITS.items():
+        if value.endswith(suffix):
+            return int(float(value[: -len(suffix)]) * factor)
+    return int(float(value) / 1048576)

@@ -1,0 +1,70 @@
+"""A Kubernetes cluster's settings (Cluster.config), read and checked once per backend."""
+
+from dataclasses import dataclass, field
+
+from apps.compute.backends.kubernetes import names
+
+KWOK_STAGES = ("pod-create", "pod-ready", "pod-complete", "pod-delete")
+
+
+@dataclass(frozen=True)
+class KubeSettings:
+    api_url: str
+    ca_file: str = ""
+    token_file: str = ""
+    namespace_per: str = "tenant"  # or "project"
+    storage_class: str = "torus-project"
+    kueue: bool = True
+    visibility_url: str = ""
+    default_image: str = ""
+    job_root: str = ""
+    pool_label: str = "torus.io/pool"
+    pool_taint: bool = False  # pools' nodes carry a NoSchedule taint <pool_label>=<pool>
+    cohort: str = "torus"
+    queue_cpu: str = "100000"  # a tenant ClusterQueue's cpu and memory (the GPU is the quota)
+    queue_memory: str = "100000Gi"
+    unlimited_gpus: int = 100000  # the nominal quota of a tenant without a GPU limit
+    retryable_exit_codes: tuple[int, ...] = ()
+    ttl_seconds_after_finished: int = 3600
+    kwok_delays: dict[str, str] = field(default_factory=dict)  # stage -> "3s" (tests only)
+    timeout: float = 20.0
+
+    @classmethod
+    def from_config(cls, config: dict, *, job_root: str = "") -> "KubeSettings":
+        config = config or {}
+        if not config.get("api_url"):
+            raise names.InvalidValue("config.api_url", "a Kubernetes cluster needs its API URL")
+        per = config.get("namespace_per", "tenant")
+        if per not in ("tenant", "project"):
+            raise names.InvalidValue("config.namespace_per", "must be 'tenant' or 'project'")
+        delays = dict(config.get("kwok_delays") or {})
+        for stage, value in delays.items():
+            if stage not in KWOK_STAGES or not isinstance(value, str) or not value[:-1].isdigit():
+                raise names.InvalidValue("config.kwok_delays", f"{stage!r}: {value!r}")
+        image = config.get("default_image") or ""
+        if image:
+            names.image(image, field="config.default_image")
+        return cls(
+            api_url=str(config["api_url"]).rstrip("/"),
+            ca_file=str(config.get("ca_file") or ""),
+            token_file=str(config.get("token_file") or ""),
+            namespace_per=per,
+            storage_class=names.dns_subdomain(
+                config.get("storage_class") or "torus-project", field="config.storage_class"
+            ),
+            kueue=bool(config.get("kueue", True)),
+            visibility_url=str(config.get("visibility_url") or ""),
+            default_image=image,
+            job_root=str(config.get("job_root") or job_root),
+            pool_label=names.qualified_name(
+                config.get("pool_label") or "torus.io/pool", field="config.pool_label"
+            ),
+            pool_taint=bool(config.get("pool_taint", False)),
+            cohort=names.dns_label(config.get("cohort") or "torus", field="config.cohort"),
+            queue_cpu=str(config.get("queue_cpu") or "100000"),
+            queue_memory=str(config.get("queue_memory") or "100000Gi"),
+            retryable_exit_codes=tuple(int(c) for c in config.get("retryable_exit_codes") or ()),
+            ttl_seconds_after_finished=int(config.get("ttl_seconds_after_finished", 3600)),
+            kwok_delays=delays,
+            timeout=float(config.get("timeout", 20)),
+        )

@@ -1,0 +1,373 @@
+"""Kubernetes backend benchmark, against the local control plane (platform/services
+components/kubernetes: etcd, kube-apiserver, scheduler, controller manager, kwok, Kueue):
+
+  submit      N attempts through the platform's submit path (KubernetesBackend.submit: the
+              tenant's place from the cache, the manifests built and validated, the Job
+              created), until every one has a Kubernetes Job; 1 and 8 threads
+  peer        the same N Jobs (the same dicts, fresh names) created by direct calls of the
+              official client (BatchV1Api.create_namespaced_job) against the same apiserver,
+              1 and 8 threads; and (a floor, not an aim) one plain POST per Job through the
+              client's ApiClient with no validation and no models
+  watched     the time until the watcher (watch.py, in a process of its own as kube_watch
+              runs) has a record of each of the N Jobs
+  pass_calls  Kubernetes requests of one reconcile pass's backend calls (jobs, inventory,
+              accounting) with 10 and with M jobs held (counted in KubeClient.request)
+  platform    N jobs through the whole platform, as bench/submit.py does for Slurm: one
+              POST /api/v1/jobs/ each (8 client threads), and 50 specs a POST to
+              /api/v1/jobs/batch/ (4 threads), uvicorn with 2 workers, into a
+              project whose default cluster is `local-k8s`, admission, and a Celery worker's
+              dispatcher (identity, the project's tree, the Submission, KubernetesBackend.submit)
+              until every attempt has its Kubernetes Job; beside the direct client's 8-thread
+              rate on the same apiserver (the issue's aim: at least 0.8x). Needs the portal's
+              database migrated and `manage.py cluster_register_local` run (`make up` does both).
+
+Each method runs three times per thread count, in rotated orders (the apiserver gets busier
+as Jobs pile up), and its median round counts. The pass count comes first, with exactly 10
+and then M jobs held. Kueue admits one bench Job at a time (its own cohort, one CPU of
+quota): the others wait suspended, without pods, so other work on the shared fake nodes is
+not disturbed.
+
+Jobs ask for no GPU and one CPU, and kwok keeps their pods running (10 minutes), so nothing
+ends during the measurement; the bench's namespaces are deleted at the end.
+
+Run alone:  .venv/bin/python bench/kubernetes_submit.py [--quick] [--jobs N] [--held M]
+Progress goes to stderr; the last stdout line is the result:
+{"benchmark": "kubernetes_submit", "metrics": {...}, "peers": {...}, "ratios": {...}}
+Ratios are Torus's Jobs per second over the direct client's (the aim: at least 0.8).
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+os.environ.setdefault("TORUS_REDIS_DB_BASE", "12")  # its cache DB (13) holds the watch records
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import django_setup, ensure_tenant, environment, finish, start_web, stop_all
+from _common import log as _log
+
+NAME = "kubernetes_submit"
+
+
+def log(msg: str) -> None:
+    _log(NAME, msg)
+
+
+def watch_process(cluster_id: str, config: dict, stop) -> None:
+    """The watcher in a process of its own, as `manage.py kube_watch` runs beside the
+    dispatcher (so it does not take the submitting process's GIL)."""
+    django_setup()
+    from apps.compute.backends.kubernetes.settings import KubeSettings
+    from apps.compute.backends.kubernetes.watch import ClusterWatch
+
+    settings = KubeSettings.from_config(config)
+    watch = ClusterWatch(cluster_id=cluster_id, settings=settings).start()
+    stop.wait()
+    watch.stop()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="100 jobs per phase")
+    parser.add_argument("--jobs", type=int, default=None, help="jobs per submit phase (300)")
+    parser.add_argument("--held", type=int, default=500, help="jobs held for the pass count")
+    parser.add_argument("--keep-logs", action="store_true")
+    parser.add_argument(
+        "--phases", default="backend,platform", help="backend (submit, peers, pass calls), platform"
+    )
+    args = parser.parse_args()
+    n = args.jobs or (100 if args.quick else 300)
+    phases = set(args.phases.split(","))
+    django_setup()
+    logdir = Path(tempfile.mkdtemp(prefix="bench-k8s-"))
+    bench = Bench(n=n, held=args.held)
+    try:
+        result = bench.run() if "backend" in phases else bench.empty()
+        if "platform" in phases:
+            platform_phase(bench, result, logdir=logdir)
+    finally:
+        bench.cleanup()
+        stop_all()
+    return finish(NAME, result, logdir=logdir, keep_logs=args.keep_logs)
+
+
+def platform_phase(bench: "Bench", result: dict, *, logdir: Path) -> None:
+    """N jobs through the REST API, admission and the dispatcher (bench/submit.py's phase),
+    into a project whose default cluster is local-k8s; the direct client's 8-thread rate on
+    the same Jobs' manifests is the peer (measured here again, in this same run)."""
+    from submit import start_worker, torus_phase
+
+    from apps.compute.models import Cluster
+
+    cluster = Cluster.objects.filter(name="local-k8s").first()
+    if cluster is None:
+        raise SystemExit("no cluster local-k8s: run `manage.py cluster_register_local` first")
+    ctx = ensure_tenant(
+        slug=f"bk8s{uuid.uuid4().hex[:6]}",
+        project_slug="submit",
+        owner="bench-k8s",
+        token_name="bench-k8s",
+    )
+    ctx["project"].default_cluster = cluster
+    ctx["project"].save(update_fields=["default_cluster"])
+    ctx["cluster"] = cluster
+    bench.platform_tenant = ctx["tenant"].slug
+    _web, port = start_web(logdir, workers=2, name="web")
+    start_worker(logdir)
+    n = bench.n
+    torus_phase(ctx, port, min(20, n), 8, "platform warm-up")  # identity, tree, namespace
+    # One POST per job (8 client threads), and POST /api/v1/jobs/batch/ (50 specs a request,
+    # 4 threads), each beside the direct client's 8-thread rate measured right after it.
+    for mode, batch, threads in (("post", 0, 8), ("batch", 50, 4)):
+        rates, direct = [], []
+        for rnd in range(bench.rounds):
+            out = torus_phase(ctx, port, n, threads, f"platform {mode} round {rnd}", batch=batch)
+            if out["http_errors"] or out["rejected"]:
+                raise RuntimeError(
+                    f"platform {mode} round {rnd}: {out['http_errors']} errors, "
+                    f"{out['rejected']} rejected"
+                )
+            rates.append(out["jobs_per_second"])
+            direct.append(bench.direct_rate(threads=8, label=f"platform-{mode}-peer{rnd}"))
+            log(f"round {rnd}: platform {mode} {rates[-1]} jobs/s, direct {direct[-1]:.1f} jobs/s")
+        platform, peer = statistics.median(rates), statistics.median(direct)
+        result["metrics"][f"platform_{mode}_jobs_per_second"] = round(platform, 1)
+        result["metrics"][f"platform_{mode}_rounds"] = rates
+        result["peers"][f"direct_jobs_per_second_8t_beside_{mode}"] = round(peer, 1)
+        result["peers"][f"direct_rounds_8t_beside_{mode}"] = [round(r, 1) for r in direct]
+        result["ratios"][f"platform_{mode}"] = round(platform / peer, 2)
+
+
+class Bench:
+    def __init__(self, *, n: int, held: int):
+        from kubernetes import client as k8s
+
+        from apps.compute.backends.kubernetes.backend import KubernetesBackend
+        from apps.compute.models import AcceleratorType, Backend, Cluster
+        from config.env import env_str
+
+        self.n, self.held = n, held
+        self.tenant = f"bench{uuid.uuid4().hex[:6]}"
+        self.rounds = 3
+        AcceleratorType.objects.get_or_create(
+            gres_name="gpu", defaults={"name": "nvidia-gpu", "resource_name": "nvidia.com/gpu"}
+        )
+        # An unsaved Cluster row: the backend reads its id, name and config only.
+        self.cluster = Cluster(
+            id=uuid.uuid4(),
+            name="bench-k8s",
+            backend=Backend.KUBERNETES,
+            config={
+                "api_url": env_str("TORUS_K8S_API_URL"),
+                "ca_file": env_str("TORUS_K8S_CA_FILE"),
+                "token_file": env_str("TORUS_K8S_TOKEN_FILE"),
+                "kueue": True,
+                "default_image": "registry.invalid/torus/runtime:latest",
+                "job_root": "/srv/torus-bench",
+                "kwok_delays": {"pod-create": "0s", "pod-ready": "0s", "pod-complete": "600s"},
+                # Kueue admits one bench Job at a time and borrows nothing: the rest wait
+                # suspended (no pods), so the shared fake nodes stay free for other work.
+                "queue_cpu": "1",
+                "cohort": f"bench-{self.tenant}",
+            },
+        )
+        self.backend = KubernetesBackend(self.cluster)
+        s = self.backend.settings
+        conf = k8s.Configuration(host=s.api_url)
+        conf.ssl_ca_cert = s.ca_file
+        conf.api_key = {"authorization": Path(s.token_file).read_text().strip()}
+        conf.api_key_prefix = {"authorization": "Bearer"}
+        conf.connection_pool_maxsize = 16
+        self.batch = k8s.BatchV1Api(k8s.ApiClient(conf))
+        self.watcher = None
+        self.stop = None
+        self.platform_tenant = ""
+
+    def submission(self, i: int, phase: str):
+        from apps.compute.backends.base import Submission
+
+        return Submission(
+            tag=f"torus:{uuid.uuid4()}",
+            name=f"bench-{phase}-{i}",
+            environment={"TORUS_ARGV_B64": "dHJ1ZQ==", "TORUS_LAUNCHER": "none"},
+            nodes=1,
+            tasks_per_node=1,
+            cpus_per_task=1,
+            memory_mb_per_node=256,
+            time_limit_minutes=30,
+            working_dir=f"/srv/torus-bench/{self.tenant}/submit",
+            user="bench",
+            uid=20001,
+            gid=30001,
+            tenant=self.tenant,
+            project="submit",
+        )
+
+    def empty(self) -> dict:
+        return {"benchmark": NAME, "metrics": {}, "peers": {}, "ratios": {},
+                "environment": environment()}  # fmt: skip
+
+    def direct_rate(self, *, threads: int, label: str) -> float:
+        """The official client creating N Jobs (the backend's own manifests) directly."""
+        from apps.compute.backends.kubernetes import manifests
+
+        self.backend.ensure_place(tenant=self.tenant, project="submit")
+        subs = [self.submission(i, label) for i in range(self.n)]
+        bodies = [manifests.job(settings=self.backend.settings, submission=s)[1] for s in subs]
+        ns = bodies[0]["metadata"]["namespace"]
+        seconds = self.timed(lambda b: self.batch.create_namespaced_job(ns, b), bodies, threads)
+        return self.n / seconds
+
+    def timed(self, fn, items, threads: int) -> float:
+        start = time.perf_counter()
+        if threads == 1:
+            for item in items:
+                fn(item)
+        else:
+            with ThreadPoolExecutor(threads) as pool:
+                list(pool.map(fn, items))
+        return time.perf_counter() - start
+
+    def run(self) -> dict:
+        import multiprocessing
+
+        from apps.compute.backends.base import ClusterUnavailable
+        from apps.compute.backends.kubernetes import manifests
+        from apps.compute.backends.kubernetes.backend import KubernetesBackend
+        from apps.compute.backends.kubernetes.client import KubeClient
+
+        b = self.backend
+        b.ensure_place(tenant=self.tenant, project="submit")  # once, as after a first job
+        spawn = multiprocessing.get_context("spawn")
+        self.stop = spawn.Event()
+        self.watcher = spawn.Process(
+            target=watch_process,
+            args=(str(self.cluster.pk), self.cluster.config, self.stop),
+            daemon=True,
+        )
+        self.watcher.start()
+        while True:  # the watcher has listed and beaten once
+            try:
+                b.jobs()
+                break
+            except ClusterUnavailable:  # until its first heartbeat
+                time.sleep(0.2)
+        kube = KubeClient(b.settings)
+        metrics, peers = {"jobs_per_phase": self.n}, {}
+
+        def phase(method: str, threads: int, rnd: int) -> None:
+            subs = [self.submission(i, f"{method}{threads}r{rnd}") for i in range(self.n)]
+            if method == "torus":
+                backend = KubernetesBackend(self.cluster)  # a fresh one, as per dispatch pass
+                seconds = self.timed(backend.submit, subs, threads)
+            else:
+                bodies = [manifests.job(settings=b.settings, submission=s)[1] for s in subs]
+                ns = bodies[0]["metadata"]["namespace"]
+                if method == "direct":
+                    create = lambda body: self.batch.create_namespaced_job(ns, body)  # noqa: E731
+                else:
+                    create = kube.create
+                seconds = self.timed(create, bodies, threads)
+            rate = self.n / seconds
+            log(f"round {rnd}: {self.n} Jobs, {method}, {threads} thread(s): {rate:.1f}/s")
+            if method == "torus":
+                start = time.perf_counter()
+                tags = {s.tag for s in subs}
+                while not tags <= {j.tag for j in b.jobs()}:
+                    time.sleep(0.05)
+                metrics[f"watched_all_after_submit_s_{threads}t_r{rnd}"] = round(
+                    seconds + time.perf_counter() - start, 2
+                )
+            return rate
+
+        for held in (10, self.held):  # first, so that these are all the jobs there are
+            have = len(b.jobs())
+            log(f"holding {held} Jobs for the pass count")
+            subs = [self.submission(i, f"held{held}") for i in range(held - have)]
+            self.timed(b.submit, subs, 8)
+            while len(b.jobs()) < held:
+                time.sleep(0.1)
+            calls = KubeClient.calls
+            start = time.perf_counter()
+            b.jobs()
+            b.inventory()
+            b.accounting(tags={"torus:none"}, since=None)
+            metrics[f"pass_ms_{held}_jobs"] = round((time.perf_counter() - start) * 1000, 1)
+            metrics[f"pass_kube_requests_{held}_jobs"] = KubeClient.calls - calls
+        orders = (
+            ("torus", "direct", "raw"),
+            ("direct", "raw", "torus"),
+            ("raw", "torus", "direct"),
+        )
+        for threads in (1, 8):  # rounds in rotated orders (the apiserver gets busier as Jobs
+            rates = {}  # pile up); each method's median round counts
+            for rnd, order in enumerate(orders[: self.rounds]):
+                for method in order:
+                    rates.setdefault(method, []).append(phase(method, threads, rnd))
+            median = {m: statistics.median(r) for m, r in rates.items()}
+            metrics[f"torus_jobs_per_second_{threads}t"] = round(median["torus"], 1)
+            metrics[f"torus_rounds_{threads}t"] = [round(r, 1) for r in rates["torus"]]
+            peers[f"direct_jobs_per_second_{threads}t"] = round(median["direct"], 1)
+            peers[f"direct_rounds_{threads}t"] = [round(r, 1) for r in rates["direct"]]
+            peers[f"raw_post_jobs_per_second_{threads}t"] = round(median["raw"], 1)
+            peers[f"raw_post_rounds_{threads}t"] = [round(r, 1) for r in rates["raw"]]
+        ratios = {
+            f"submit_{t}t": round(
+                metrics[f"torus_jobs_per_second_{t}t"] / peers[f"direct_jobs_per_second_{t}t"], 2
+            )
+            for t in (1, 8)
+        } | {
+            f"submit_vs_raw_post_{t}t": round(
+                metrics[f"torus_jobs_per_second_{t}t"] / peers[f"raw_post_jobs_per_second_{t}t"], 2
+            )
+            for t in (1, 8)
+        }
+        return {
+            "benchmark": NAME,
+            "metrics": metrics,
+            "peers": peers,
+            "ratios": ratios,
+            "environment": environment(),
+        }
+
+    def cleanup(self) -> None:
+        """The bench's namespace (its Jobs with it), queue and volume, with the admin's
+        credentials (the platform's own may not delete namespaces)."""
+        from kubernetes import client, config
+
+        from config.env import env_str
+
+        if self.watcher is not None:
+            self.stop.set()
+            self.watcher.join(timeout=60)
+            self.backend.store.clear()
+        api = config.new_client_from_config(config_file=env_str("TORUS_K8S_ADMIN_KUBECONFIG"))
+        if self.platform_tenant:  # its Jobs and pods go with the namespace
+            try:
+                client.CoreV1Api(api).delete_namespace(
+                    f"torus-{self.platform_tenant}", propagation_policy="Background"
+                )
+            except Exception as exc:  # best effort, logged
+                log(f"cleanup: {exc}")
+        name = f"torus-{self.tenant}"
+        for delete in (
+            lambda: client.CoreV1Api(api).delete_namespace(name, propagation_policy="Background"),
+            lambda: client.CustomObjectsApi(api).delete_cluster_custom_object(
+                "kueue.x-k8s.io", "v1beta2", "clusterqueues", name
+            ),
+            lambda: client.CoreV1Api(api).delete_persistent_volume(f"{name}-submit"),
+        ):
+            try:
+                delete()
+            except Exception as exc:  # best effort, logged
+                log(f"cleanup: {exc}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
