@@ -169,12 +169,54 @@ def replay_plan(
         "skipped_bigger_than_cluster": too_big,
         "replay_seconds": round(span, 1),
         "offered_load": round(offered / (nodes * node_gpus * span), 3) if span else 0,
+        # the mean completion time if no job ever waited: no scheduler goes below it
+        "jct_floor_s": round(statistics.fmean(j.duration for j in plan), 2) if plan else None,
         "by_tenant": {t: sum(1 for j in plan if j.tenant == t) for t, *_ in TENANTS},
     }
     return plan, info
 
 
 # -- metrics -------------------------------------------------------------------------------
+
+
+def allocation_bound(plan: list[ReplayJob], *, capacity: int) -> float:
+    """The highest `gpu_allocation` any scheduler can reach on this plan: its GPU-seconds over
+    capacity x the shortest possible makespan (the later of the last arrival-plus-duration and
+    all the work packed perfectly from the start). A window's last long jobs set it."""
+    if not plan:
+        return 0.0
+    work = sum(j.gpus * j.duration for j in plan)
+    shortest = max(max(j.arrival + j.duration for j in plan), work / capacity)
+    return round(work / (capacity * shortest), 3) if shortest else 0.0
+
+
+def allocation_while_waiting(
+    plan: list[ReplayJob], runs: dict, *, capacity: int, deadline: float
+) -> tuple[float | None, float]:
+    """GPUs held / capacity over the seconds when some submitted job had not started yet
+    (the time a scheduler could have used idle GPUs), and how many seconds that was."""
+    edges = []  # (time, d_waiting, d_gpus)
+    for job in plan:
+        submitted, start, end = runs.get(job.index, (None, None, None))
+        if submitted is None:
+            continue
+        began = min(start, deadline) if start else deadline
+        if began > submitted:
+            edges += [(submitted, 1, 0), (began, -1, 0)]
+        if start:
+            stop = min(end, deadline) if end else deadline
+            if stop > start:
+                edges += [(start, 0, job.gpus), (stop, 0, -job.gpus)]
+    edges.sort()
+    waiting = gpus = 0
+    held = span = 0.0
+    last = edges[0][0] if edges else 0.0
+    for t, dw, dg in edges:
+        if waiting > 0:
+            span += t - last
+            held += gpus * (t - last)
+        waiting, gpus, last = waiting + dw, gpus + dg, t
+    return (round(held / (capacity * span), 3) if span > 0 else None), round(span, 1)
 
 
 def _pct(values: list[float], q: float) -> float | None:
@@ -222,6 +264,7 @@ def phase_metrics(
     worst_best = (
         round(max(per_tenant.values()) / min(per_tenant.values()), 2) if per_tenant else None
     )
+    busy, busy_s = allocation_while_waiting(plan, runs, capacity=capacity, deadline=deadline)
     return {
         "jobs": len(plan),
         "finished": finished,
@@ -230,6 +273,8 @@ def phase_metrics(
         "gpu_allocation_replay_window": round(held_window / (capacity * window_s), 3)
         if window_s
         else None,
+        "gpu_allocation_while_waiting": busy,
+        "waiting_s": busy_s,
         "makespan_s": round(makespan, 1),
         "jct_mean_s": round(statistics.fmean(jct), 2) if jct else None,
         "jct_p95_s": _pct(jct, 0.95),
@@ -256,3 +301,70 @@ def allocation_series(
         points.append((round(t, 2), held / capacity))
         t += step
     return points
+
+
+# -- reference schedules (no services): what a plan allows, before anything is run ----------
+
+
+def reference_schedule(
+    plan: list[ReplayJob], *, nodes: int, node_gpus: int, order: str = "fifo"
+) -> dict:
+    """An ideal scheduler with no latency on the plan: jobs placed on whole nodes as Slurm
+    would (up to one node's GPUs on the fullest node that fits, more as whole free nodes).
+    order "fifo": strictly in arrival order (the head blocks the rest: plain FIFO);
+    "smallest": every waiting job that fits, least expected GPU-time (GPUs x time limit, what
+    a scheduler is told) first, then arrival. Says how far completion time and allocation can
+    move at a load before any run: mean JCT, allocation by gpu_allocation's definition, p95
+    queueing, makespan."""
+    import heapq
+
+    free = [node_gpus] * nodes
+    arrivals = sorted(plan, key=lambda j: (j.arrival, j.index))
+    queue, running, start = [], [], {}
+    now, k = 0.0, 0
+
+    def place(job) -> list | None:
+        if job.nodes == 1:
+            fits = [i for i, f in enumerate(free) if f >= job.gpus]
+            return [(min(fits, key=lambda i: free[i]), job.gpus)] if fits else None
+        whole = [i for i, f in enumerate(free) if f == node_gpus][: job.nodes]
+        return [(i, node_gpus) for i in whole] if len(whole) == job.nodes else None
+
+    def run(job) -> bool:
+        where = place(job)
+        if where is None:
+            return False
+        for i, g in where:
+            free[i] -= g
+        heapq.heappush(running, (now + job.duration, job.index, where))
+        start[job.index] = now
+        return True
+
+    while k < len(arrivals) or queue or running:
+        now = min(
+            arrivals[k].arrival if k < len(arrivals) else math.inf,
+            running[0][0] if running else math.inf,
+        )
+        while running and running[0][0] <= now:
+            for i, g in heapq.heappop(running)[2]:
+                free[i] += g
+        while k < len(arrivals) and arrivals[k].arrival <= now:
+            queue.append(arrivals[k])
+            k += 1
+        if order == "fifo":
+            while queue and run(queue[0]):
+                queue.pop(0)
+        else:
+            queue.sort(key=lambda j: (j.gpus * j.time_limit_min, j.arrival, j.index))
+            queue = [j for j in queue if not run(j)]
+    if not plan:
+        return {}
+    ends = [start[j.index] + j.duration for j in plan]
+    work = sum(j.gpus * j.duration for j in plan)
+    jct = [start[j.index] + j.duration - j.arrival for j in plan]
+    return {
+        "jct_mean_s": round(statistics.fmean(jct), 2),
+        "gpu_allocation": round(work / (nodes * node_gpus * max(ends)), 3),
+        "queue_delay_p95_s": _pct([start[j.index] - j.arrival for j in plan], 0.95),
+        "makespan_s": round(max(ends), 1),
+    }

@@ -28,10 +28,12 @@ from _common import BIN, ENV, ROOT, VAR, Proc, django_setup, environment, finish
 from _common import log as _log
 from _scheduling_trace import (
     TENANTS,
+    allocation_bound,
     allocation_series,
     busiest_window,
     phase_metrics,
     read_trace,
+    reference_schedule,
     replay_plan,
 )
 
@@ -40,10 +42,13 @@ from apps.compute.envfile import read_env_file
 COMPONENT = ROOT / "platform" / "services" / "components" / "slurm-bench"
 DEFAULT_TRACE = ROOT.parent / "shared" / "data" / "itp-trace" / "raw-traces.tar.gz"
 CLUSTER_NAME = "bench-sched"  # the Cluster row Torus dispatches to
-PARTITION = "trace"  # only the benchmark cluster has it, so placement picks that cluster
+PARTITION = "trace"  # the benchmark cluster's partition (jobs name the cluster too)
 PROJECT = "trace"
-PHASES = ("fifo", "backfill", "fairshare", "torus")
-SLURM_MODE = {"fifo": "fifo", "backfill": "backfill", "fairshare": "fairshare", "torus": "backfill"}
+PHASES = ("fifo", "backfill", "fairshare", "torus", "torus-borrow")
+# <phase>-nonice: that Torus phase with Cluster.config size_nice 0, i.e. what Slurm is given
+# waits in its queue in submission order (the platform before its size order reached Slurm)
+EXTRA_PHASES = ("torus-limits", "torus-borrow-nonice", "torus-limits-nonice")
+SLURM_MODE = {"fifo": "fifo", "backfill": "backfill", "fairshare": "fairshare"}  # else backfill
 STOP = threading.Event()
 
 
@@ -87,9 +92,13 @@ class BenchSlurm:
             raise RuntimeError(f"{argv[0]} failed: {result.stderr.strip()}")
         return result.stdout
 
-    def mode(self, mode: str) -> None:
-        log(f"slurmctld: scheduler {mode}")
-        log(self.component("sched", mode).strip().replace("\n", "; "))
+    def mode(self, mode: str, *, clear: bool = True) -> None:
+        """The scheduler for the next phase; with `clear` slurmctld starts without the job
+        records of the phases before (MinJobAge keeps them an hour, and the platform's
+        reconciler lists every record the controller holds at each pass)."""
+        log(f"slurmctld: scheduler {mode}{', job records cleared' if clear else ''}")
+        args = ("sched", mode, "clear") if clear else ("sched", mode)
+        log(self.component(*args).strip().replace("\n", "; "))
         self.component("wait")
 
     def accounts(self, quotas: dict, *, limits: bool) -> None:
@@ -363,7 +372,7 @@ def torus_phase(slurm: BenchSlurm, ctx, plan, drain_s: float, port: int, label: 
 
     prefix = f"sched-{label}-"
     slurm.cancel_prefix(prefix)
-    torus_finish(ctx, prefix)
+    reconnecting(lambda: torus_finish(ctx, prefix))
     local = threading.local()
 
     def submit(job, name: str | None = None, resources: dict | None = None) -> bool:
@@ -375,6 +384,7 @@ def torus_phase(slurm: BenchSlurm, ctx, plan, drain_s: float, port: int, label: 
         body = {
             "project": str(entry["project"].pk),
             "name": name or f"{prefix}{job.index}",
+            "cluster": CLUSTER_NAME,
             "command": ["sleep", str(job.duration)],
             "resources": resources
             or {
@@ -404,7 +414,7 @@ def torus_phase(slurm: BenchSlurm, ctx, plan, drain_s: float, port: int, label: 
                 if not retry:
                     raise
         if response.status != 201:
-            log(f"POST {job.index}: HTTP {response.status} {payload[:300]!r}")
+            log(f"POST {body['name']}: HTTP {response.status} {payload[:300]!r}")
             return False
         return True
 
@@ -412,7 +422,7 @@ def torus_phase(slurm: BenchSlurm, ctx, plan, drain_s: float, port: int, label: 
     waiting = Job.objects.filter(project__in=projects, name__startswith=prefix)
 
     def in_platform() -> int:  # admitted or pending jobs Slurm has not seen yet
-        return waiting.filter(state__in=[State.PENDING, State.QUEUED]).count()
+        return reconnecting(lambda: waiting.filter(state__in=[State.PENDING, State.QUEUED]).count())
 
     warm_up(ctx, port, submit_spec=submit)
     log(f"{label}: replaying {len(plan)} jobs through the API")
@@ -422,17 +432,22 @@ def torus_phase(slurm: BenchSlurm, ctx, plan, drain_s: float, port: int, label: 
     end = min(time.time(), deadline)
     never_dispatched = in_platform()
     slurm.cancel_prefix(prefix)
-    torus_finish(ctx, prefix)
+    reconnecting(lambda: torus_finish(ctx, prefix))
     # the platform's own latencies: created -> admitted (QUEUED) -> accepted by Slurm
     admitted_at = dict(
-        JobEvent.objects.filter(job__in=waiting, to_state=State.QUEUED).values_list(
-            "job_id", "created_at"
+        reconnecting(
+            lambda: list(
+                JobEvent.objects.filter(job__in=waiting, to_state=State.QUEUED).values_list(
+                    "job_id", "created_at"
+                )
+            )
         )
     )
     decision, dispatch, held = [], [], 0
-    for job_id, created, submitted_at in waiting.values_list(
-        "id", "created_at", "attempts__submitted_at"
-    ):
+    rows = reconnecting(
+        lambda: list(waiting.values_list("id", "created_at", "attempts__submitted_at"))
+    )
+    for job_id, created, submitted_at in rows:
         queued = admitted_at.get(job_id)
         if submitted_at:
             decision.append((submitted_at - created).total_seconds() * 1000)
@@ -471,11 +486,15 @@ def warm_up(ctx, port: int, *, submit_spec) -> None:
                 names.append(name)
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
-        left = Job.objects.filter(name__in=names).exclude(state__in=list(TERMINAL)).count()
+        left = reconnecting(
+            lambda: Job.objects.filter(name__in=names).exclude(state__in=list(TERMINAL)).count()
+        )
         if not left:
             break
         time.sleep(1.0)
-    states = list(Job.objects.filter(name__in=names).values_list("state", flat=True))
+    states = reconnecting(
+        lambda: list(Job.objects.filter(name__in=names).values_list("state", flat=True))
+    )
     log(f"warm-up: {len(names)} jobs, states {sorted(set(states))}")
 
 
@@ -532,6 +551,12 @@ def main() -> int:
     parser.add_argument("--compression", type=float, default=720.0, help="trace s per real s")
     parser.add_argument("--load", type=float, default=1.0, help="arrival-rate multiplier")
     parser.add_argument(
+        "--plan-only",
+        metavar="LOADS",
+        help="no services: per load (comma list) one JSON line with the plan's allocation bound,"
+        " JCT floor and two ideal no-latency schedules (FIFO, smallest first), then exit",
+    )
+    parser.add_argument(
         "--cap-hours", type=float, help="longest job, trace hours (default: window)"
     )
     parser.add_argument("--drain", type=float, help="real seconds after the last arrival")
@@ -540,6 +565,16 @@ def main() -> int:
         "--torus-slurm-limits",
         action="store_true",
         help="also a Torus phase with tenant quotas as Slurm GrpTRES limits",
+    )
+    parser.add_argument(
+        "--size-nice",
+        type=float,
+        help="Cluster.config size_nice for the Torus phases (default: the platform's, 100)",
+    )
+    parser.add_argument(
+        "--keep-records",
+        action="store_true",
+        help="keep the job records of earlier phases in slurmctld (default: cleared per phase)",
     )
     parser.add_argument("--keep-logs", action="store_true")
     parser.add_argument("--keep-cluster", action="store_true", help="leave slurm-bench running")
@@ -551,7 +586,7 @@ def main() -> int:
     drain = args.drain or (150.0 if args.quick else 300.0)
     phases = [p for p in args.phases.split(",") if p]
     for p in phases:
-        if p not in PHASES and p != "torus-limits":
+        if p not in PHASES + EXTRA_PHASES:
             parser.error(f"unknown phase {p}")
     if args.torus_slurm_limits and "torus-limits" not in phases:
         phases.append("torus-limits")
@@ -562,16 +597,47 @@ def main() -> int:
         if args.window_start_hour is not None
         else busiest_window(trace, hours, cap * 3600)
     )
-    plan, info = replay_plan(
-        trace, cluster=args.trace_cluster, window_start=start, window_hours=hours,
-        compression=args.compression, load=args.load, keep_fraction=min(1.0, nodes / 64),
-        node_gpus=args.gpus_per_node, nodes=nodes, cap_hours=cap, prefix="",
-    )  # fmt: skip
+
+    def plan_at(load: float):
+        return replay_plan(
+            trace, cluster=args.trace_cluster, window_start=start, window_hours=hours,
+            compression=args.compression, load=load, keep_fraction=min(1.0, nodes / 64),
+            node_gpus=args.gpus_per_node, nodes=nodes, cap_hours=cap, prefix="",
+        )  # fmt: skip
+
     capacity = nodes * args.gpus_per_node
+    if args.plan_only:
+        for load in (float(x) for x in args.plan_only.split(",")):
+            plan, info = plan_at(load)
+            ideal = {
+                order: reference_schedule(
+                    plan, nodes=nodes, node_gpus=args.gpus_per_node, order=order
+                )
+                for order in ("fifo", "smallest")
+            }
+            fifo_jct = ideal["fifo"]["jct_mean_s"]
+            line = {
+                "load": load,
+                "window_start_hour": start / 3600,
+                "window_hours": hours,
+                "cap_hours": cap,
+                "nodes": nodes,
+                **{k: info[k] for k in ("jobs", "replay_seconds", "offered_load", "jct_floor_s")},
+                "gpu_allocation_bound": allocation_bound(plan, capacity=capacity),
+                "jct_floor_vs_ideal_fifo": round(info["jct_floor_s"] / fifo_jct, 3),
+                "ideal_fifo": ideal["fifo"],
+                "ideal_smallest_first": ideal["smallest"],
+                "ideal_smallest_vs_fifo_jct": round(ideal["smallest"]["jct_mean_s"] / fifo_jct, 3),
+            }
+            print(json.dumps(line), flush=True)
+        return 0
+    plan, info = plan_at(args.load)
+    info["gpu_allocation_bound"] = allocation_bound(plan, capacity=capacity)
     log(
         f"{args.trace_cluster} window {start / 3600:.0f}-{start / 3600 + hours:.0f} h: "
         f"{info['jobs']} jobs, offered load {info['offered_load']} over "
-        f"{info['replay_seconds']} s, {capacity} GPUs"
+        f"{info['replay_seconds']} s, {capacity} GPUs, allocation bound "
+        f"{info['gpu_allocation_bound']}, JCT floor {info['jct_floor_s']} s"
     )
     logdir = Path(f"/tmp/bench-scheduling-{os.getpid()}")  # noqa: S108
     logdir.mkdir(parents=True, exist_ok=True)
@@ -597,15 +663,24 @@ def main() -> int:
         raw, platform = {}, {}
         for phase in phases:
             fresh_db(connections)  # PostgreSQL may have dropped idle connections meanwhile
-            slurm.mode(SLURM_MODE.get(phase, "backfill"))
+            slurm.mode(SLURM_MODE.get(phase, "backfill"), clear=not args.keep_records)
             if phase.startswith("torus"):
-                quota_mode(ctx, slurm, in_slurm=phase == "torus-limits")
+                reconnecting(
+                    lambda phase=phase: quota_mode(
+                        ctx,
+                        slurm,
+                        in_slurm=phase.startswith("torus-limits"),
+                        borrow=phase.startswith("torus-borrow"),
+                        size_nice=0 if phase.endswith("-nonice") else args.size_nice,
+                    )
+                )
                 if not procs:
                     port, procs = start_platform(logdir)
                 out = torus_phase(slurm, ctx, plan, drain, port, phase)
                 platform[phase] = out.pop("platform")
             else:
                 out = slurm_phase(slurm, phase, plan, drain)
+            out["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
             raw[phase] = out
             m = phase_metrics(plan, out["runs"], capacity=capacity, t0=out["t0"],
                               deadline=out["deadline"], scale=args.compression / 3600,
@@ -619,6 +694,7 @@ def main() -> int:
             m = phase_metrics(plan, out["runs"], capacity=capacity, t0=out["t0"],
                               deadline=out["deadline"], scale=args.compression / 3600,
                               window_s=info["replay_seconds"])  # fmt: skip
+            m["loadavg_end"] = out.get("loadavg_end")  # the machine is shared: how busy
             if phase in platform:
                 m["platform"] = platform[phase]
             metrics[phase] = m
@@ -626,7 +702,7 @@ def main() -> int:
                 plan, out["runs"], capacity=capacity, t0=out["t0"], deadline=out["deadline"]
             )
             jcts[phase] = [e - s for s, st, e in out["runs"].values() if st and e]
-        head = "torus-limits" if "torus-limits" in metrics else "torus"
+        head = next((p for p in ("torus-limits", "torus-borrow", "torus") if p in metrics), "torus")
         ratios = {}
         if head in metrics:
             t = metrics[head]
@@ -636,6 +712,8 @@ def main() -> int:
                     ratios[f"jct_mean_torus_vs_{peer}"] = round(
                         t["jct_mean_s"] / p["jct_mean_s"], 3
                     )
+                    # the best any scheduler could do (no job waiting), for scale
+                    ratios[f"jct_floor_vs_{peer}"] = round(info["jct_floor_s"] / p["jct_mean_s"], 3)
                     if p["queue_delay_p95_s"]:
                         ratios[f"queue_p95_torus_vs_{peer}"] = round(
                             t["queue_delay_p95_s"] / p["queue_delay_p95_s"], 3
@@ -696,18 +774,31 @@ def main() -> int:
     return finish("scheduling", result, logdir=logdir, keep_logs=args.keep_logs)
 
 
-def quota_mode(ctx, slurm: BenchSlurm, *, in_slurm: bool) -> None:
+def quota_mode(
+    ctx, slurm: BenchSlurm, *, in_slurm: bool, borrow: bool = False, size_nice=None
+) -> None:
     """Where the tenants' GPU quotas are held on the benchmark cluster: by Torus's admission
-    (the default), or by Slurm (Cluster.config tenant_gpu_quota = "slurm": the dispatcher
-    sets each tenant account's GrpTRES, admission no longer holds jobs for it)."""
+    (the default; with `borrow`, Cluster.config quota_borrowing: a job held by its tenant's
+    quota runs on idle GPUs, apps/jobs/borrowing.py), or by Slurm (Cluster.config
+    tenant_gpu_quota = "slurm": the dispatcher sets each tenant account's GrpTRES, admission
+    no longer holds jobs for it). `size_nice` sets Cluster.config size_nice (apps/jobs/
+    priority.py cluster_nice; None: the platform's default)."""
     from django.core.cache import cache
 
     from apps.identity.services import group_name
 
     cluster = ctx["cluster"]
-    config = {k: v for k, v in cluster.config.items() if k != "tenant_gpu_quota"}
+    config = {
+        k: v
+        for k, v in cluster.config.items()
+        if k not in ("tenant_gpu_quota", "quota_borrowing", "size_nice")
+    }
+    if size_nice is not None:
+        config["size_nice"] = size_nice
     if in_slurm:
         config["tenant_gpu_quota"] = "slurm"
+    if borrow:
+        config["quota_borrowing"] = True
     cluster.config = config
     cluster.save(update_fields=["config"])
     for entry in ctx["tenants"].values():
@@ -719,6 +810,19 @@ def quota_mode(ctx, slurm: BenchSlurm, *, in_slurm: bool) -> None:
              "GrpTRES=gres/gpu=-1"],
             check=False,
         )  # fmt: skip
+
+
+def reconnecting(query):
+    """query(), once more on a new connection if PostgreSQL dropped this one (the server is
+    shared: another engineer's test may terminate every connection)."""
+    from django.db import OperationalError, connections
+
+    try:
+        return query()
+    except OperationalError as exc:
+        log(f"database: {exc}; reconnecting")
+        fresh_db(connections)
+        return query()
 
 
 def fresh_db(connections) -> None:

@@ -2,13 +2,17 @@
 
 Runs under a row lock on the tenant, so concurrent submissions are admitted one after the
 other and can never together exceed a quota. Order: fair between projects (least GPU use in
-the recent window first, round-robin), then priority and age within a project.
+the recent window first, round-robin), then within a project by apps/jobs/priority.py
+(explicit priority, then least expected GPU-time first, aged so that nothing starves).
 
-A cluster whose config says `"tenant_gpu_quota": "slurm"` enforces the tenant-wide GPU quota
-itself: the dispatcher keeps the tenant's Slurm account at GrpTRES=gres/gpu=<quota> and
-admission does not hold jobs for that one limit, so Slurm starts (and backfills) a tenant's
-jobs the moment its GPUs free up instead of after a reconcile-admit-dispatch round trip
-(bench/scheduling.py measured the difference; docs/jobs.md "Scheduling").
+A cluster whose config says `"tenant_gpu_quota": "cluster"` (or the older `"slurm"`) enforces
+the tenant-wide GPU quota itself: the dispatcher keeps the cluster's copy of it up to date
+(backend.tenant_gpu_limit: Slurm, the tenant account's GrpTRES=gres/gpu=<quota>; Kubernetes,
+the tenant's ClusterQueue and ResourceQuota) and admission does not hold jobs for that one
+limit, so the cluster starts (and backfills) a tenant's jobs the moment its GPUs free up
+instead of after a reconcile-admit-dispatch round trip (bench/scheduling.py measured the
+difference; docs/jobs.md "Scheduling"). A cluster with `"quota_borrowing": true` lets a job held
+only by the tenant GPU quota borrow the cluster's idle GPUs (apps/jobs/borrowing.py).
 """
 
 import logging
@@ -22,9 +26,12 @@ from django.db import transaction
 from django.db.models import Count, Sum
 from django.utils import timezone
 
-from apps.jobs.models import AttemptState, Job, JobAttempt
+from apps.jobs import borrowing
+from apps.jobs.models import AttemptState, Job, JobAttempt, JobEvent
+from apps.jobs.priority import order_key, starving
 from apps.jobs.services import (
     TRANSITION_FIELDS,
+    attempts_build,
     attempts_open,
     events_record,
     transition_in_memory,
@@ -35,12 +42,15 @@ from apps.quotas.selectors import gpu_seconds_by_project, gpu_seconds_by_project
 from apps.tenancy.models import Tenant
 
 RESOURCES = [("gpus", "GPUs"), ("cpus", "CPUs"), ("memory_mb", "MiB of memory")]
-SLURM_ENFORCED = "slurm"  # Cluster.config["tenant_gpu_quota"]: the cluster holds that limit
+# Cluster.config["tenant_gpu_quota"] values by which the cluster holds that limit itself
+CLUSTER_ENFORCED = ("cluster", "slurm")
 logger = logging.getLogger(__name__)
 
 
 def cluster_enforces_tenant_gpus(cluster) -> bool:
-    return cluster is not None and (cluster.config or {}).get("tenant_gpu_quota") == SLURM_ENFORCED
+    return (
+        cluster is not None and (cluster.config or {}).get("tenant_gpu_quota") in CLUSTER_ENFORCED
+    )
 
 
 @dataclass
@@ -147,7 +157,7 @@ def blocking_reason(job: Job, quotas: list[Quota], books: Books) -> str:
                 and scope == ("tenant",)
                 and cluster_enforces_tenant_gpus(job.cluster)
             ):
-                continue  # Slurm holds this one (the tenant account's GrpTRES)
+                continue  # the cluster holds this one (backend.tenant_gpu_limit)
             if limit is not None and getattr(used, name) + getattr(job, name) > limit:
                 return (
                     f"{quota.scope_label}: {getattr(used, name)} of {limit} {words} in use"
@@ -165,10 +175,11 @@ def blocking_reason(job: Job, quotas: list[Quota], books: Books) -> str:
     return ""
 
 
-def fair_order(jobs: list[Job], recent_usage: dict) -> list[Job]:
-    """Round-robin between projects, least recent usage first; priority, then age, within."""
+def fair_order(jobs: list[Job], recent_usage: dict, *, now=None) -> list[Job]:
+    """Round-robin between projects, least recent usage first; priority.order_key within."""
+    now = now or timezone.now()
     queues: dict = defaultdict(list)
-    for job in sorted(jobs, key=lambda j: (-j.priority, j.created_at)):
+    for job in sorted(jobs, key=lambda j: order_key(j, now=now)):
         queues[job.project_id].append(job)
     projects = sorted(queues, key=lambda p: (recent_usage.get(p, 0.0), queues[p][0].created_at))
     ordered = []
@@ -196,7 +207,7 @@ def admit_tenant(*, tenant_id) -> list[Job]:
         pending = list(
             Job.objects.select_for_update(skip_locked=not quotas, of=("self",))
             .filter(tenant_id=tenant_id, state=State.PENDING)
-            .select_related("tenant", "cluster")
+            .select_related("tenant", "project__tenant", "cluster")  # attempt paths: no N+1
         )
         if not pending:
             return []
@@ -207,15 +218,22 @@ def admit_tenant(*, tenant_id) -> list[Job]:
             if len({job.project_id for job in pending}) > 1:
                 window = now - timedelta(days=settings.TORUS_FAIRSHARE_DAYS)
                 recent = gpu_seconds_by_project(tenant_id=tenant_id, since=window)
-            for job in fair_order(pending, recent):
+            room, lifted = borrowing.Room(), borrowing.without_tenant_gpus(quotas)
+            for job in fair_order(pending, recent, now=now):
                 reason = blocking_reason(job, quotas, books)
+                if reason and room.fits(job) and not blocking_reason(job, lifted, books):
+                    reason = ""  # borrows idle GPUs past the tenant's GPU quota
                 if reason:
                     waiting.append((job, reason))
+                    if starving(job, now=now) and not blocking_reason(job, quotas, Books()):
+                        books.add(job)  # holds its room: the jobs after it may not pass it
+                        room.close()
                 else:
                     books.add(job)
+                    room.take(job)
                     admitted.append(job)
         else:
-            admitted = sorted(pending, key=lambda j: (-j.priority, j.created_at))
+            admitted = sorted(pending, key=lambda j: order_key(j, now=now))
         changed = []
         for position, (job, reason) in enumerate(waiting, start=1):
             if (job.state_reason, job.queue_position) != (reason, position):
@@ -240,10 +258,28 @@ def admit_tenant(*, tenant_id) -> list[Job]:
     return admitted
 
 
+def admit_submitted(*, jobs: list[Job]) -> tuple[list[JobAttempt], list[JobEvent]]:
+    """What admit_tenant would do at once with new jobs of a tenant without quotas, done
+    before they are written (nothing can hold them): each is QUEUED (in memory) with its
+    first attempt and the event; the caller writes them in the transaction that creates the
+    jobs, and the clusters are asked to dispatch once it commits. Other PENDING jobs of the
+    tenant are left to their own admission (a restart's, the control pass's)."""
+    from apps.jobs.tasks import request_dispatch  # tasks import this module
+
+    attempts, _ = attempts_build(jobs=jobs, previous={})  # first attempts: no checkpoint yet
+    events = [
+        transition_in_memory(job=job, to=State.QUEUED, reason="admitted", attempt=attempt)
+        for job, attempt in zip(jobs, attempts, strict=True)
+    ]
+    for cluster_id in {job.cluster_id for job in jobs}:
+        transaction.on_commit(lambda c=cluster_id: request_dispatch(c))
+    return attempts, events
+
+
 def tenant_gpu_limit_sync(*, cluster, backend, tenant) -> None:
-    """On a cluster that enforces the tenant GPU quota (see the module's docstring), set the
-    tenant's Slurm account to GrpTRES=gres/gpu=<quota> (unlimited without one). The value last
-    set is remembered in the cache, so a dispatch pass calls sacctmgr only after a change."""
+    """On a cluster that enforces the tenant GPU quota (see the module's docstring), give it
+    the tenant's quota (unlimited without one). The value last set is remembered in the
+    cache, so a dispatch pass calls the cluster only after a change."""
     if not cluster_enforces_tenant_gpus(cluster):
         return
     from apps.identity.services import group_name
@@ -256,6 +292,6 @@ def tenant_gpu_limit_sync(*, cluster, backend, tenant) -> None:
     key = f"torus:tenant-gpu-limit:{cluster.pk}:{tenant.pk}"
     if cache.get(key) == ("set", gpus):
         return
-    backend.account_gpu_limit(account=group_name(tenant=tenant), gpus=gpus)
+    backend.tenant_gpu_limit(tenant=tenant.slug, account=group_name(tenant=tenant), gpus=gpus)
     cache.set(key, ("set", gpus), timeout=600)
-    logger.info("tenant %s on %s: GrpTRES gres/gpu=%s", tenant.slug, cluster.name, gpus)
+    logger.info("tenant %s on %s: GPU limit %s", tenant.slug, cluster.name, gpus)
