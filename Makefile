@@ -17,7 +17,7 @@ export TORUS_SECRET_KEY ?= $(shell mkdir -p .var && test -s .var/secret-key || \
 	cat .var/secret-key)
 export DJANGO_SETTINGS_MODULE := config.settings
 
-.PHONY: help up down test lint bench services migrate static seed venv examples-venv ui ui-test
+.PHONY: help up down test lint bench services migrate static seed venv examples-venv engines ui ui-test
 
 help:
 	@echo "make up     run the platform (services, migrations, demo data, web, worker, beat)"
@@ -73,6 +73,27 @@ examples-venv:
 	rm -rf $(SHARED_ROOT)/examples
 	mv $(SHARED_ROOT)/examples.new $(SHARED_ROOT)/examples
 
+# The serving engine (docs/serving.md, The engine): llama.cpp's llama-server, built once from
+# the llama-cpp-python sdist into ~/.cache/torus (scripts/build-llama-server: 10-30 minutes the
+# first time, then a no-op), installed in the shared root jobs read with the tokenizer the tiny
+# test model uses (examples/serving/make_tiny_llama.py), and the matching `gguf` package in
+# the platform's virtualenv (that generator needs it).
+ENGINES := $(SHARED_ROOT)/engines/llama.cpp
+engines: venv
+	@dir=$$(scripts/build-llama-server); \
+	if ! cmp -s "$$dir/VERSION" $(ENGINES)/VERSION || [ ! -x $(ENGINES)/bin/llama-server ]; then \
+		rm -rf $(ENGINES).new; \
+		install -d -m 755 $(SHARED_ROOT) $(SHARED_ROOT)/engines $(ENGINES).new/bin $(ENGINES).new/models; \
+		install -m 755 "$$dir/bin/llama-server" $(ENGINES).new/bin/; \
+		install -m 644 "$$dir/models/ggml-vocab-llama-spm.gguf" $(ENGINES).new/models/; \
+		install -m 644 "$$dir/VERSION" $(ENGINES).new/; \
+		rm -rf $(ENGINES); mv $(ENGINES).new $(ENGINES); \
+		echo "installed $$(cat $(ENGINES)/VERSION) in $(ENGINES)"; \
+	fi; \
+	want=$$(sed -n 's/^version = "\(.*\)"/\1/p' "$$dir/gguf-py/pyproject.toml"); \
+	have=$$($(BIN)/python -c 'import importlib.metadata as m; print(m.version("gguf"))' 2>/dev/null || true); \
+	[ "$$have" = "$$want" ] || $(BIN)/python -m pip install --quiet "$$dir/gguf-py"
+
 services:
 	platform/services/up
 
@@ -106,7 +127,7 @@ seed: migrate
 	umask 077 && $(BIN)/python manage.py seed_demo --json > $(TORUS_VAR_DIR)/demo.json
 	chmod 600 $(TORUS_VAR_DIR)/demo.json
 
-up: seed
+up: seed engines
 	scripts/portal start
 	@echo
 	@echo "Torus is running at http://127.0.0.1:$${TORUS_PORT:-8000}/  (API docs: /api/docs/)"
@@ -122,7 +143,7 @@ lint: venv
 	$(BIN)/ruff format --check .
 
 # Tests use their own Redis databases (8-10) so they never touch a running platform's.
-test: venv examples-venv services static lint ui-test
+test: venv examples-venv engines services static lint ui-test
 	TORUS_REDIS_DB_BASE=8 $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: venv services

@@ -86,7 +86,7 @@ def ensure_tenant(*, slug: str, project_slug: str, owner: str, token_name: str) 
     from django.utils import timezone
 
     from apps.compute.models import Cluster
-    from apps.tenancy import services
+    from apps.tenancy import services, token_cache
     from apps.tenancy.models import AccessToken, Membership, Project, Role, Tenant
 
     user, _ = get_user_model().objects.get_or_create(
@@ -102,6 +102,7 @@ def ensure_tenant(*, slug: str, project_slug: str, owner: str, token_name: str) 
     AccessToken.objects.filter(tenant=tenant, name=token_name, revoked_at__isnull=True).update(
         revoked_at=timezone.now()
     )
+    token_cache.bump(tenant_ids=[tenant.pk])  # a bulk update sends no signal
     _, token = services.token_create(actor=None, user=user, tenant=tenant, name=token_name)
     cluster = Cluster.objects.filter(name="local").first()
     return {"tenant": tenant, "project": project, "user": user, "token": token, "cluster": cluster}
@@ -150,14 +151,17 @@ def stop_all() -> None:
         PROCS[-1].stop()
 
 
-def start_web(logdir: Path, *, workers: int = 1, name: str | None = None) -> tuple[Proc, int]:
-    """uvicorn on a free port, returned once every worker has answered /healthz."""
+def start_web(
+    logdir: Path, *, workers: int = 1, name: str | None = None, env: dict | None = None
+) -> tuple[Proc, int]:
+    """uvicorn on a free port, returned once every worker has answered /healthz; `env` adds
+    to the platform's environment."""
     port = free_port()
     argv = [str(BIN / "uvicorn"), "config.asgi:application", "--host", "127.0.0.1"]
     argv += ["--port", str(port), "--no-access-log", "--log-level", "warning"]
     if workers > 1:
         argv += ["--workers", str(workers)]
-    proc = Proc(name or f"web-w{workers}", argv, logdir)
+    proc = Proc(name or f"web-w{workers}", argv, logdir, env={**ENV, **env} if env else None)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.popen.poll() is not None:

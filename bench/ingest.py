@@ -54,7 +54,7 @@ from _common import log as _log
 
 TENANT_SLUG, PROJECT_SLUG, OWNER, TOKEN_NAME = "bench-ingest", "ingest", "bench-owner", "ingest"
 RSYSLOG_INDEX_PREFIX = "bench-rsyslog-"
-TEMPLATE = ROOT / "platform" / "elasticsearch" / "templates" / "torus-logs.json"
+TEMPLATE = ROOT / "apps" / "logs" / "data" / "torus-logs.json"
 INSTALL_PEERS = ROOT / "platform" / "bench" / "install-peers"
 MODULE_DIRS = ["/usr/lib/x86_64-linux-gnu/rsyslog", "/usr/lib/aarch64-linux-gnu/rsyslog"]
 MODULE_DIRS += ["/usr/lib64/rsyslog", "/usr/lib/rsyslog"]

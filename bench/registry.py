@@ -32,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
+os.environ.setdefault("TORUS_REDIS_DB_BASE", "7")  # its web server's Redis databases: 7-9
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
     ROOT,

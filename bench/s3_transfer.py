@@ -17,12 +17,14 @@ before each upload. Needs root and the services. The last stdout line is {"bench
 """
 
 import hashlib
+import os
 import shutil
 import statistics
 import sys
 import time
 from pathlib import Path
 
+os.environ.setdefault("TORUS_REDIS_DB_BASE", "7")  # its web server's Redis databases: 7-9
 import _common as common
 import _transfer as transfer
 import httpx

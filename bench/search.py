@@ -757,6 +757,39 @@ def measure(api_http, es_http, name, params, calls, k, warmup, size, mine, forei
     return out
 
 
+def plain_http_ab(logdir, api_http, token, queries, k: int) -> dict:
+    """The same API requests to the benchmark's uvicorn (the hot routes through Django's WSGI
+    handler, apps/core/plain_http.py) and to a second one with TORUS_PLAIN_HTTP_THREADS=0
+    (everything through Django's ASGI handler), alternating, in the same run."""
+    import httpx
+
+    other, port = start_web(logdir, name="web-asgi-only", env={"TORUS_PLAIN_HTTP_THREADS": "0"})
+    times: dict[str, list] = {"wsgi": [], "asgi": []}
+    limits = httpx.Limits(max_keepalive_connections=1, max_connections=1)
+    with httpx.Client(
+        base_url=f"http://127.0.0.1:{port}",
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=60,
+        limits=limits,
+    ) as asgi_http:
+        clients = {"wsgi": api_http, "asgi": asgi_http}
+        for i in range(k + 3):
+            for name, params in queries.items():
+                for side in ("wsgi", "asgi") if i % 2 == 0 else ("asgi", "wsgi"):
+                    started = time.perf_counter()
+                    response = clients[side].get(SEARCH, params=params)
+                    took = (time.perf_counter() - started) * 1000
+                    if response.status_code != 200:
+                        raise RuntimeError(f"{side} {name}: {response.status_code}")
+                    if i >= 3:
+                        times[side].append(took)
+    other.stop()
+    out = {f"{side}_ms": percentiles(values) for side, values in times.items()}
+    out["asgi_minus_wsgi_p50_ms"] = round(out["asgi_ms"]["p50"] - out["wsgi_ms"]["p50"], 2)
+    log(f"plain HTTP A/B (all queries): {json.dumps(out)}")
+    return out
+
+
 # -- profile: where an API request's time goes (in-process) ------------------------------------
 
 
@@ -1031,6 +1064,7 @@ def main() -> int:
                     mine, foreign,
                 )  # fmt: skip
             floor = floors(api_http, k, args.warmup)
+            plain = plain_http_ab(logdir, api_http, token, queries, k)
         web.stop()
 
         profile = profile_requests(token, queries, args.profile_requests)
@@ -1052,6 +1086,7 @@ def main() -> int:
             "es_ms": es_p,
             "overhead_ms_p50": round(api_p["p50"] - es_p["p50"], 2),
             "floors": floor,
+            "plain_http": plain,
             "queries": results,
             "tenant_filter": {
                 "rare_phrase_lines_matching_index_pattern": pattern_total,

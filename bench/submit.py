@@ -384,6 +384,30 @@ def torus_phase(
     return out
 
 
+def plain_http_ab(ctx, worker: Proc, logdir: Path, n: int, workers: int) -> dict:
+    """One POST per job, 8 client threads, against uvicorn as configured (the submit route
+    through Django's WSGI handler in a thread pool, apps/core/plain_http.py) and against one
+    with TORUS_PLAIN_HTTP_THREADS=0 (Django's ASGI handler), two rounds each, alternating."""
+    runs: dict[str, list] = {"wsgi": [], "asgi": []}
+    for side in ("wsgi", "asgi", "asgi", "wsgi"):
+        env = {"TORUS_PLAIN_HTTP_THREADS": "0"} if side == "asgi" else None
+        web, port = start_web(logdir, workers=workers, name=f"web-ab-{side}", env=env)
+        run = torus_phase(ctx, port, n, 8, f"plain HTTP A/B: {side}")
+        finish_torus_jobs(ctx, run.pop("_job_ids"))
+        web.stop()
+        runs[side].append(run)
+    out = {
+        f"{side}_{key}": [r[key] for r in side_runs]
+        for side, side_runs in runs.items()
+        for key in ("api_seconds", "seconds")
+    }
+    out["api_latency_ms_p50"] = {
+        side: [r["api_latency_ms"].get("p50") for r in rs] for side, rs in runs.items()
+    }
+    log(f"plain HTTP A/B: {json.dumps(out)}")
+    return out
+
+
 def dispatch_passes(worker: Proc, offset: int) -> dict:
     """What the worker log says about jobs.dispatch_cluster runs since `offset`."""
     text = worker.log_path.read_bytes()[offset:].decode(errors="replace")
@@ -571,8 +595,10 @@ def profile_requests(ctx, k: int) -> dict:
     from rest_framework.test import APIClient
 
     import apps.jobs.admission as admission
+    import apps.jobs.api.render as render
     import apps.jobs.api.views as views
     import apps.jobs.services as job_services
+    import apps.jobs.submit_cache as submit_cache
     import apps.tenancy.authentication as authentication
     from apps.core.api.throttling import PrincipalRateThrottle
 
@@ -582,14 +608,15 @@ def profile_requests(ctx, k: int) -> dict:
 
     patches = [
         (authentication, "token_lookup"),
-        (job_services, "job_submit"),
+        (views, "validated"),
+        (job_services, "jobs_create"),
         (job_services, "choose_placement"),
-        (job_services, "audit_record"),
         (job_services, "normalise"),
-        (job_services, "attempt_open"),
-        (job_services, "job_transition"),
+        (submit_cache, "generations"),
+        (admission, "admit_submitted"),
         (admission, "admit_tenant"),
         (admission, "_books"),
+        (render, "job_detail"),
     ]
     saved = [(mod, name, getattr(mod, name)) for mod, name in patches]
     for mod, name, fn in saved:
@@ -655,7 +682,10 @@ def profile_requests(ctx, k: int) -> dict:
 MARKERS = [
     ("token_lookup", "auth: token_lookup"),
     ("allow_request", "throttle"),
-    ("job_submit ", "job_submit (all)"),
+    ("jobs_create ", "jobs_create (all)"),
+    ("admit_submitted ", "admission: admit_submitted"),
+    ("run_validation ", "spec validation (reused serializer)"),
+    ("job_detail ", "render: job_detail"),
     ("admit_tenant ", "admission: admit_tenant"),
     ("_books ", "admission: _books"),
     ("attempt_open ", "attempt_open (mkdir + insert)"),
@@ -710,7 +740,7 @@ def main() -> int:
             slug=TENANT_SLUG, project_slug=PROJECT_SLUG, owner=OWNER, token_name=TOKEN_NAME
         )
         clear_locks(ctx["cluster"].pk)
-        controller_room(8 * n + 160 + (n if args.py_spy else 0))
+        controller_room(12 * n + 160 + (n if args.py_spy else 0))
         sweep_leftovers()
         finish_torus_jobs(ctx)
         worker = start_worker(logdir)
@@ -769,6 +799,9 @@ def main() -> int:
             for proc in spy:
                 pyspy_stop(proc)
             finish_torus_jobs(ctx, spied.pop("_job_ids"))
+        web.stop()
+        plain = plain_http_ab(ctx, worker, logdir, n, best)
+        web, port = start_web(logdir, workers=best)
         rpc_n = rpc_phase(ctx, port, n)
         rpc_10 = rpc_phase(ctx, port, 10)
         web.stop()
@@ -822,6 +855,7 @@ def main() -> int:
                 "reconcile_stats_rpcs_at_10": rpc_10["stats_rpcs"],
                 "reconcile": {"at_n": rpc_n, "at_10": rpc_10},
                 "profile": profile,
+                "plain_http": plain,
                 "environment_end": environment(),
             }
         )

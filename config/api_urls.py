@@ -7,9 +7,12 @@ from apps.compute.api.urls import register as register_compute
 from apps.datasets.api.urls import register as register_datasets
 from apps.jobs.api.urls import register as register_jobs
 from apps.logs.api.signatures import FailureSignatureViewSet
+from apps.quotas.api.history import UsageHistoryView
 from apps.quotas.api.urls import register as register_quotas
 from apps.quotas.api.views import UsageExportView, UsageView
 from apps.registry.api.urls import register as register_registry
+from apps.serving.api.fit import FitView
+from apps.serving.api.urls import register as register_serving
 from apps.tenancy.api.urls import register as register_tenancy
 from apps.tenancy.api.views import CsrfView, LoginView, LogoutView, MeView
 
@@ -20,6 +23,7 @@ register_quotas(router)
 register_jobs(router)
 register_datasets(router)
 register_registry(router)
+register_serving(router)
 router.register("failure-signatures", FailureSignatureViewSet, basename="failure-signature")
 
 urlpatterns = [
@@ -31,5 +35,7 @@ urlpatterns = [
     path("lineage/", include("apps.registry.api.urls")),
     path("usage/", UsageView.as_view(), name="usage"),
     path("usage/export", UsageExportView.as_view(), name="usage-export"),
+    path("usage/history/", UsageHistoryView.as_view(), name="usage-history"),
+    path("fit/", FitView.as_view(), name="fit"),
     path("", include(router.urls)),
 ]

@@ -2,10 +2,11 @@
 
 from django.urls import path
 
-from apps.logs.consumers import JobLogConsumer
+from apps.logs.consumers import JobLogConsumer, TenantJobsConsumer
 from apps.tenancy.consumers import WhoAmIConsumer
 
 websocket_urlpatterns = [
     path("ws/me/", WhoAmIConsumer.as_asgi()),
     path("ws/jobs/<str:job_id>/", JobLogConsumer.as_asgi()),
+    path("ws/tenants/<str:tenant_id>/jobs/", TenantJobsConsumer.as_asgi()),
 ]

@@ -51,6 +51,7 @@ INSTALLED_APPS = [
     "apps.identity",
     "apps.datasets",
     "apps.registry",
+    "apps.serving",
 ]
 
 MIDDLEWARE = [
@@ -95,7 +96,8 @@ REDIS_DB_BASE = env_int("TORUS_REDIS_DB_BASE", 0, minimum=0)
 
 CACHES = {
     "default": {
-        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        # Django's RedisCache with one connection pool per process (apps/core/cache.py)
+        "BACKEND": "apps.core.cache.SharedPoolRedisCache",
         "LOCATION": f"{REDIS_URL}/{REDIS_DB_BASE + 1}",
         "KEY_PREFIX": "torus",
     }
@@ -130,8 +132,9 @@ USE_TZ = True
 STATIC_URL = "/static/"
 STATIC_ROOT = VAR_DIR / "static"
 # The built browser UI (config/ui.py, `make ui`): under /static/ui/, compressed; Vite's hashed
-# assets (name-<8 chars>.js) cached for good.
-UI_DIST = BASE_DIR / "frontend" / "dist"
+# assets (name-<8 chars>.js) cached for good. The wheel does not carry the build: an installed
+# server points TORUS_UI_DIST at one (docs/operations.md), else / says the UI is not built.
+UI_DIST = Path(env_str("TORUS_UI_DIST", str(BASE_DIR / "frontend" / "dist")))
 STATICFILES_DIRS = [("ui", UI_DIST)] if UI_DIST.is_dir() else []
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
@@ -160,6 +163,17 @@ DATA_DIR = Path(
 # (shared environments, example code): working_dir and environment paths lie in one of them.
 TORUS_JOB_ROOT = env_str("TORUS_JOB_ROOT", str(DATA_DIR / "jobs"))
 TORUS_SHARED_ROOTS = env_list("TORUS_SHARED_ROOTS", [str(DATA_DIR / "shared")])
+# The serving engine, llama.cpp's llama-server, and the real Llama tokenizer (a vocab-only GGUF)
+# the tiny test model is made with: installed in the shared root by `make engines`
+# (scripts/build-llama-server; docs/serving.md, The engine).
+TORUS_LLAMA_SERVER = env_str(
+    "TORUS_LLAMA_SERVER",
+    str(DATA_DIR / "shared" / "engines" / "llama.cpp" / "bin" / "llama-server"),
+)
+TORUS_LLAMA_VOCAB = env_str(
+    "TORUS_LLAMA_VOCAB",
+    str(DATA_DIR / "shared" / "engines" / "llama.cpp" / "models" / "ggml-vocab-llama-spm.gguf"),
+)
 # Datasets (docs/datasets.md): where new versions are stored ("posix": the tenant's tree), and
 # how long (seconds) the API waits for the worker to make a project's storage directories.
 TORUS_DATASET_STORAGE = env_str("TORUS_DATASET_STORAGE", "posix")
@@ -266,6 +280,25 @@ CELERY_BEAT_SCHEDULE["registry-webhook-sweep"] = {
     "schedule": 60.0,
 }
 
+# Model deployments (docs/serving.md): the reconciler's period; a READY replica is replaced
+# after this many failed /health probes in a row, a starting one when not ready this long
+# after its job started; a draining one is stopped at the latest after the drain timeout;
+# autoscaling scales down only after the load wanted fewer replicas this long; a deployment
+# fails after this many replicas in a row ended before they were ready.
+TORUS_SERVING_RECONCILE_SECONDS = env_int("TORUS_SERVING_RECONCILE_SECONDS", 2, minimum=1)
+TORUS_SERVING_HEALTH_FAILURES = env_int("TORUS_SERVING_HEALTH_FAILURES", 3, minimum=1)
+TORUS_SERVING_START_TIMEOUT_S = env_int("TORUS_SERVING_START_TIMEOUT_S", 300, minimum=5)
+TORUS_SERVING_DRAIN_TIMEOUT_S = env_int("TORUS_SERVING_DRAIN_TIMEOUT_S", 120, minimum=1)
+TORUS_SERVING_SCALE_DOWN_AFTER_S = env_int("TORUS_SERVING_SCALE_DOWN_AFTER_S", 60, minimum=0)
+TORUS_SERVING_MAX_START_FAILURES = env_int("TORUS_SERVING_MAX_START_FAILURES", 3, minimum=1)
+# how long the gateway holds a request for a deployment waking from zero replicas
+TORUS_SERVING_COLD_START_S = env_int("TORUS_SERVING_COLD_START_S", 180, minimum=1)
+CELERY_BEAT_SCHEDULE["serving-reconcile"] = {
+    "task": "serving.reconcile",
+    "schedule": float(TORUS_SERVING_RECONCILE_SECONDS),
+    "options": {"expires": float(TORUS_SERVING_RECONCILE_SECONDS) * 2},
+}
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "apps.tenancy.authentication.BearerTokenAuthentication",
@@ -312,6 +345,8 @@ SPECTACULAR_SETTINGS = {
         "JobStateEnum": "apps.jobs.states.State",
         "AttemptStateEnum": "apps.jobs.models.AttemptState",
         "JobKindEnum": "apps.jobs.models.Kind",
+        "KvCacheTypeEnum": "apps.serving.models.KvCacheType",
+        "EstimateKvCacheTypeEnum": "apps.serving.fit.KV_TYPE_NAMES",
     },
 }
 

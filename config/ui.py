@@ -17,7 +17,9 @@ from django.views.decorators.http import require_safe
 
 NOT_BUILT = (
     "<!doctype html><title>Torus</title><p>The web UI is not built: run <code>make ui</code> "
-    "(or <code>make up</code>). The API is at <a href='/api/docs/'>/api/docs/</a>.</p>"
+    "(or <code>make up</code>) in a checkout; an installed server (the wheel carries no UI) "
+    "serves the build that <code>TORUS_UI_DIST</code> names. "
+    "The API is at <a href='/api/docs/'>/api/docs/</a>.</p>"
 )
 
 

@@ -34,6 +34,6 @@ export default defineConfig(({ command }) => ({
     setupFiles: ["src/test/setup.ts"],
     include: ["src/**/*.test.{ts,tsx}"],
     css: false,
-    testTimeout: 20000,
+    testTimeout: 40000,
   },
 }));

@@ -4,7 +4,7 @@ import argparse
 import sys
 from datetime import UTC, datetime, timedelta
 
-from torus import datasets_cli, jobs_cli, models_cli
+from torus import datasets_cli, deployments_cli, jobs_cli, models_cli
 from torus.client import Client
 from torus.errors import TorusError
 from torus.output import emit
@@ -78,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     jobs_cli.add_parsers(sub)
     datasets_cli.add_parsers(sub)
     models_cli.add_parsers(sub)
+    deployments_cli.add_parsers(sub)
     return parser
 
 

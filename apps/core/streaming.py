@@ -15,16 +15,22 @@ acceptable for multi-gigabyte dataset files, so:
 
 import asyncio
 import contextlib
+import gc
 import io
 import re
 import threading
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 
-from asgiref.sync import sync_to_async
+from asgiref.sync import ThreadSensitiveContext, sync_to_async
+from django.conf import settings
 from django.core import signals
+from django.core.exceptions import RequestAborted
 from django.core.handlers.asgi import ASGIHandler, get_script_prefix
-from django.urls import set_script_prefix
+from django.http import HttpResponseBase
+from django.urls import set_script_prefix, set_urlconf
+from django.utils.log import log_response
 
 _STREAMING: list[tuple[re.Pattern, frozenset[str]]] = []
 
@@ -141,11 +147,49 @@ class ReceiveBody(io.RawIOBase):
         return len(data)
 
 
+class _RequestThreads:
+    """Single-thread executors kept for the next request. Django's ASGIHandler enters a fresh
+    ThreadSensitiveContext per request, whose executor starts a thread for that request and
+    joins it at the end; here a request borrows a thread that stays."""
+
+    def __init__(self, *, keep: int = 32):
+        self._free: list[ThreadPoolExecutor] = []
+        self._keep = keep
+
+    def take(self) -> ThreadPoolExecutor:
+        try:
+            return self._free.pop()
+        except IndexError:
+            return ThreadPoolExecutor(max_workers=1, thread_name_prefix="torus-request")
+
+    def give(self, executor: ThreadPoolExecutor) -> None:
+        if len(self._free) < self._keep:
+            self._free.append(executor)
+        else:
+            executor.shutdown(wait=False)
+
+
 class StreamingASGIHandler(ASGIHandler):
-    """Django's ASGI handler, except that registered routes stream their request body, and
-    streamed responses go out in pieces of up to 1 MiB (Django's default is 64 KiB)."""
+    """Django's ASGI handler, except that registered routes stream their request body,
+    streamed responses go out in pieces of up to 1 MiB (Django's default is 64 KiB), and a
+    request's synchronous work (the request_started signal, the middleware chain with the
+    view, closing the response) runs in one call on a thread kept between requests."""
 
     chunk_size = 1024 * 1024
+
+    def __init__(self):
+        super().__init__()
+        self._threads = _RequestThreads()
+        self._frozen = False
+
+    def _freeze(self) -> None:
+        """After the first request: what the process has loaded (Django, the apps, the
+        URLconf: ~150,000 objects) out of the garbage collector's sight. A full
+        collection then took 20 ms instead of 140, a young one half as long (measured in
+        process, 800 registry requests)."""
+        self._frozen = True
+        gc.collect()
+        gc.freeze()
 
     def load_middleware(self, is_async=False):
         """The middleware chain and the view run synchronously, in one worker thread: one hop
@@ -153,18 +197,70 @@ class StreamingASGIHandler(ASGIHandler):
         MiddlewareMixin in its own sync_to_async and each sync-only one, as WhiteNoise's, in
         async_to_sync: about a dozen thread switches per request.)"""
         super().load_middleware(is_async=False)
+        self._sync_chain = self._middleware_chain
         if is_async:
             self._middleware_chain = sync_to_async(self._middleware_chain, thread_sensitive=True)
 
-    async def handle(self, scope, receive, send):
-        if not streams_body(scope.get("path", ""), scope.get("method", "")):
-            return await super().handle(scope, receive, send)
-        body = ReceiveBody(receive)
-        body.start()
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            raise ValueError(f"Django can only handle ASGI/HTTP connections, not {scope['type']}.")
+        executor = self._threads.take()
         try:
-            await self._handle_streaming(scope, body, send)
+            # thread-sensitive code of this request (the view, the ORM) runs on this thread
+            async with ThreadSensitiveContext(executor=executor):
+                await self.handle(scope, receive, send)
         finally:
-            await body.stop()
+            self._threads.give(executor)
+            if not self._frozen:
+                self._freeze()
+
+    async def handle(self, scope, receive, send):
+        if streams_body(scope.get("path", ""), scope.get("method", "")):
+            body = ReceiveBody(receive)
+            body.start()
+            try:
+                await self._handle_streaming(scope, body, send)
+            finally:
+                await body.stop()
+            return
+        try:
+            body_file = await self.read_body(receive)
+        except RequestAborted:
+            return
+        try:
+            set_script_prefix(get_script_prefix(scope))
+            response = await sync_to_async(self._respond, thread_sensitive=True)(scope, body_file)
+            try:
+                await self.send_response(response, send)
+            except asyncio.CancelledError:  # the client went away meanwhile
+                pass
+            finally:
+                if response.streaming:  # closed once its body has been sent
+                    await sync_to_async(response.close, thread_sensitive=True)()
+        finally:
+            body_file.close()
+
+    def _respond(self, scope, body_file) -> HttpResponseBase:
+        """Django's request_started, request, middleware chain and view, and (unless the body
+        is streamed) the response's close with request_finished: one thread hop. A view is not
+        cancelled when its client disconnects (a synchronous one never could be)."""
+        signals.request_started.send(sender=self.__class__, scope=scope)
+        request, response = self.create_request(scope, body_file)
+        if request is not None:
+            set_urlconf(settings.ROOT_URLCONF)
+            response = self._sync_chain(request)
+            response._resource_closers.append(request.close)
+            if response.status_code >= 400:
+                log_response(
+                    "%s: %s",
+                    response.reason_phrase,
+                    request.path,
+                    response=response,
+                    request=request,
+                )
+        if not response.streaming:
+            response.close()  # its content is already bytes
+        return response
 
     async def _handle_streaming(self, scope, body: ReceiveBody, send) -> None:
         set_script_prefix(get_script_prefix(scope))

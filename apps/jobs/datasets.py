@@ -31,6 +31,7 @@ from django.db import transaction
 from rest_framework import serializers
 
 from apps.compute.backends.base import SubmitRejected
+from apps.compute.models import Backend as BackendKind
 from apps.compute.models import Cluster
 from apps.core.actor import Actor
 from apps.datasets.models import DatasetFile, DatasetVersion, VersionState
@@ -171,13 +172,17 @@ def attempt_datasets_prepare(*, attempt: JobAttempt, cluster: Cluster, identity)
         .values("version_id", "path", "size", "sha256")
     ):
         files[str(row.pop("version_id"))].append(row)
-    cache = bool(job.spec.get("dataset_cache", True))
+    # The node cache is a directory on each node that Slurm jobs reach; a cluster without
+    # one (Kubernetes: pods mount only the project's volume) reads versions in place.
+    node_cache = cluster.config.get("dataset_node_cache", cluster.backend == BackendKind.SLURM)
+    cache = bool(job.spec.get("dataset_cache", True)) and bool(node_cache)
     if cache:
         cache_dirs_ensure(cluster=cluster, job=job, identity=identity)
     minutes = job.spec["resources"]["time_limit"]
     plan = {
         "out_dir": str(paths.attempt_dir(job, attempt.number)),
         "cache": cache,
+        "note": "" if cache or not node_cache else "no node cache on this cluster",
         "cache_dir": cache_dir_template(job, identity),
         "limit_bytes": settings.TORUS_DATASET_CACHE_BYTES,
         "lease_s": minutes * 60 + 600,  # the files stay while the job may still read them

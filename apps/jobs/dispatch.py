@@ -18,14 +18,15 @@ from django.utils import timezone
 
 from apps.compute.backends import for_cluster
 from apps.compute.backends.base import ClusterUnavailable, Submission, SubmitRejected
-from apps.compute.models import Cluster
+from apps.compute.models import AcceleratorType, Cluster
 from apps.identity.directory import DirectoryUnavailable
 from apps.identity.services import IdentityError, JobIdentity, job_identity
 from apps.identity.storage import StorageError, job_tree_ensure, project_tree_ensure
 from apps.jobs import paths
 from apps.jobs.datasets import attempt_datasets_prepare, plan_path
 from apps.jobs.inference import attempt_model_prepare, model_path, output_dir
-from apps.jobs.models import AttemptState, Job, JobAttempt
+from apps.jobs.models import AttemptState, Job, JobAttempt, Kind
+from apps.jobs.priority import cluster_nice
 from apps.jobs.states import State
 
 logger = logging.getLogger(__name__)
@@ -61,11 +62,27 @@ def prepare(attempt: JobAttempt, *, cluster: Cluster, backend, known: dict) -> J
     )
     attempt_datasets_prepare(attempt=attempt, cluster=cluster, identity=identity)
     attempt_model_prepare(attempt=attempt)
+    if job.kind == Kind.SERVE:  # a deployment's replica (apps/serving/replicas.py)
+        from apps.serving.replicas import serve_prepare
+
+        serve_prepare(job=job)
     return identity
 
 
-def build_submission(attempt: JobAttempt, cluster: Cluster, identity: JobIdentity) -> Submission:
-    """The backend request for an attempt. Every user value goes into `environment` as data."""
+def accelerator_resources() -> dict[str, str]:
+    """{GRES name: extended resource name} of every AcceleratorType (one query per pass)."""
+    return dict(AcceleratorType.objects.values_list("gres_name", "resource_name"))
+
+
+def build_submission(
+    attempt: JobAttempt,
+    cluster: Cluster,
+    identity: JobIdentity,
+    *,
+    resources: dict[str, str] | None = None,
+) -> Submission:
+    """The backend request for an attempt. Every user value goes into `environment` as data.
+    `resources`: accelerator_resources(), for backends that request extended resources."""
     job = attempt.job
     spec = job.spec
     r, command, env_spec = spec["resources"], spec["command"], spec["environment"]
@@ -88,7 +105,7 @@ def build_submission(attempt: JobAttempt, cluster: Cluster, identity: JobIdentit
         "TORUS_ENV_KIND": env_spec["type"],
         "TORUS_ENV_PATH": env_spec.get("path", ""),
     }
-    if cluster.config.get("slurm_conf"):
+    if (cluster.config or {}).get("slurm_conf"):  # a Slurm cluster's own setting
         environment["SLURM_CONF"] = cluster.config["slurm_conf"]
     if spec.get("datasets"):
         environment["TORUS_DATASETS_PLAN"] = str(plan_path(job, attempt.number))
@@ -104,6 +121,10 @@ def build_submission(attempt: JobAttempt, cluster: Cluster, identity: JobIdentit
         environment["TORUS_OUTPUT_DIR"] = str(output_dir(job))
     if "master_port" in spec["distributed"]:
         environment["TORUS_MASTER_PORT"] = str(spec["distributed"]["master_port"])
+    if job.kind == Kind.SERVE:  # the engine key: in the environment, never argv or the DB
+        from apps.serving.replicas import serve_environment
+
+        environment.update(serve_environment(job=job))
     if "argv" in command:
         environment["TORUS_ARGV_B64"] = " ".join(_b64(arg) for arg in command["argv"])
     else:
@@ -129,16 +150,47 @@ def build_submission(attempt: JobAttempt, cluster: Cluster, identity: JobIdentit
         uid=identity.uid,
         gid=identity.gid,
         account=identity.account,
+        tenant=job.tenant.slug,
+        project=job.project.slug,
+        image=image_for(spec=spec, cluster=cluster),
+        accelerator_resource=(resources or {}).get(r["accelerator"], ""),
+        labels=submission_labels(job=job, attempt=attempt),
+        nice=cluster_nice(job=job, cluster=cluster),
     )
 
 
-def mark_submitted(*, attempt_id, backend_id: str, adopted: bool = False) -> None:
-    mark_submitted_many(submitted={attempt_id: backend_id}, adopted=adopted)
+def image_for(*, spec: dict, cluster: Cluster) -> str:
+    """The container image an attempt runs in: the spec's (checked against the tenant's
+    registries when submitted: apps/jobs/images.py), else the cluster's default, if it runs
+    containers at all."""
+    if not cluster.supports_containers:
+        return ""
+    if spec["environment"]["type"] == "container":
+        return spec["environment"]["image"]
+    return str((cluster.config or {}).get("default_image", ""))
 
 
-def mark_submitted_many(*, submitted: dict, adopted: bool = False) -> None:
+def submission_labels(*, job: Job, attempt: JobAttempt) -> dict[str, str]:
+    """The spec's labels (validated as Kubernetes labels, none under a reserved prefix:
+    apps/jobs/spec.py) and the platform's own torus.io/ ones, which win."""
+    return {
+        **job.spec.get("labels", {}),
+        "torus.io/tenant": job.tenant.slug,
+        "torus.io/project": job.project.slug,
+        "torus.io/job": str(job.id),
+        "torus.io/attempt": str(attempt.number),
+    }
+
+
+def mark_submitted(
+    *, attempt_id, backend_id: str, adopted: bool = False, via: str = "cluster"
+) -> None:
+    mark_submitted_many(submitted={attempt_id: backend_id}, adopted=adopted, via=via)
+
+
+def mark_submitted_many(*, submitted: dict, adopted: bool = False, via: str = "cluster") -> None:
     """Record backend ids ({attempt id: backend id}) and move their jobs to SUBMITTED, in one
-    transaction whatever the number."""
+    transaction whatever the number. `via`: the backend's display name, for the reason."""
     from apps.jobs.services import TRANSITION_FIELDS, events_record, transition_in_memory
 
     how = "adopted from the cluster" if adopted else "submitted"
@@ -161,7 +213,7 @@ def mark_submitted_many(*, submitted: dict, adopted: bool = False) -> None:
                         job=job,
                         to=State.SUBMITTED,
                         attempt=attempt,
-                        reason=f"{how} as Slurm job {attempt.backend_id}",
+                        reason=f"{how} as {via} job {attempt.backend_id}",
                     )
                 )
                 moved.append(job)
@@ -216,7 +268,12 @@ def recover_submitting(*, cluster: Cluster, backend) -> int:
     for attempt in stale:
         found = known.get(attempt.tag)
         if found is not None:
-            mark_submitted(attempt_id=attempt.pk, backend_id=found.backend_id, adopted=True)
+            mark_submitted(
+                attempt_id=attempt.pk,
+                backend_id=found.backend_id,
+                adopted=True,
+                via=backend.display_name,
+            )
         else:
             JobAttempt.objects.filter(pk=attempt.pk, state=AttemptState.SUBMITTING).update(
                 state=AttemptState.QUEUED, submit_started_at=None
@@ -250,6 +307,7 @@ def dispatch_cluster(*, cluster_id, limit: int = 500) -> int:
         logger.warning("cluster %s unavailable: %s", cluster.name, exc)
         return 0
     total, known, released = 0, {}, False
+    resources = accelerator_resources()
     while not released and (ids := claim(cluster=cluster, limit=limit)):
         attempts = list(
             JobAttempt.objects.filter(pk__in=ids).select_related(
@@ -267,7 +325,9 @@ def dispatch_cluster(*, cluster_id, limit: int = 500) -> int:
                 release(attempt_id=attempt.pk, message=str(exc))
                 released = True  # not claimed again in this pass
                 continue
-            requests.append((attempt.pk, build_submission(attempt, cluster, identity)))
+            requests.append(
+                (attempt.pk, build_submission(attempt, cluster, identity, resources=resources))
+            )
 
         def submit(item):
             attempt_id, submission = item
@@ -279,7 +339,7 @@ def dispatch_cluster(*, cluster_id, limit: int = 500) -> int:
         with ThreadPoolExecutor(max_workers=settings.TORUS_DISPATCH_THREADS) as pool:
             results = list(pool.map(submit, requests))
         accepted = {attempt_id: backend_id for attempt_id, backend_id, _ in results if backend_id}
-        mark_submitted_many(submitted=accepted)
+        mark_submitted_many(submitted=accepted, via=backend.display_name)
         total += len(accepted)
         for attempt_id, backend_id, error in results:
             if backend_id:

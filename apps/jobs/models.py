@@ -10,6 +10,7 @@ from apps.jobs.states import State
 class Kind(models.TextChoices):
     TRAINING = "training"
     INFERENCE = "inference"
+    SERVE = "serve"  # a deployment's replica (apps/serving)
 
 
 class Job(TenantModel):

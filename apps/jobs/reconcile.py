@@ -25,16 +25,11 @@ from apps.jobs.states import State
 from apps.quotas.services import usage_record
 
 logger = logging.getLogger(__name__)
-UNHEALTHY_NODE_WORDS = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "UNKNOWN")
 RETRY_CAUSE = {
     AttemptState.NODE_FAIL: "node_failure",
     AttemptState.LOST: "node_failure",
     AttemptState.PREEMPTED: "preemption",
 }
-
-
-def _unhealthy(state: str) -> bool:
-    return any(word in state.upper() for word in UNHEALTHY_NODE_WORDS)
 
 
 def reconcile_cluster(*, cluster_id) -> dict:
@@ -52,15 +47,21 @@ def reconcile_cluster(*, cluster_id) -> dict:
         partitions, nodes = backend.inventory()
         stats["rpcs"] += 3
     except ClusterUnavailable as exc:
-        Cluster.objects.filter(pk=cluster.pk).update(healthy=False, last_error=str(exc)[:2000])
-        logger.warning("cluster %s did not answer: %s", cluster.name, exc)
+        _cluster_down(cluster=cluster, error=str(exc))
         return stats
+    if not cluster.healthy:
+        logger.info("cluster %s answers again", cluster.name)
     inventory_store(cluster=cluster, partitions=partitions, nodes=nodes)
-    down = {node.name for node in nodes if _unhealthy(node.state)}
+    # Nodes that cannot run work: unhealthy ones, and (where the backend drops lost nodes
+    # from its list, as Kubernetes does a deleted Node) any node no longer listed.
+    down = {node.name for node in nodes if not node.healthy}
+    listed = {node.name for node in nodes}
+    if listed:
+        down |= {n for a in tracked for n in a.nodes if n not in listed}
     by_tag: dict[str, BackendJob] = {}
-    for job in backend_jobs:
+    for job in backend_jobs:  # several jobs with one tag: the backend's order says which is current
         known = by_tag.get(job.tag)
-        if known is None or int(job.backend_id) > int(known.backend_id):
+        if known is None or job.order > known.order:
             by_tag[job.tag] = job
     missing = {a.tag for a in tracked if a.tag not in by_tag}
     if missing:
@@ -88,13 +89,27 @@ def reconcile_cluster(*, cluster_id) -> dict:
             outcome = AttemptState.LOST
         else:
             outcome = backend.attempt_outcome(found)
-            if outcome == AttemptState.SUBMITTED and (
-                attempt.state == AttemptState.RUNNING or found.restarts
+            if (
+                outcome == AttemptState.SUBMITTED
+                and (attempt.state == AttemptState.RUNNING or found.restarts)
+                and getattr(backend, "requeues_jobs", False)
             ):
                 outcome = _take_back_requeued(backend, found)
-        if _unchanged(attempt, found, outcome):
+        waiting = backend.waiting_message(found) if outcome == AttemptState.SUBMITTED else ""
+        if _unchanged(attempt, found, outcome) and (
+            not waiting
+            or attempt.job.state != State.SUBMITTED
+            or (attempt.job.state_reason, attempt.job.queue_position)
+            == (waiting, found.queue_position)
+        ):
             continue  # most attempts, most passes: no transaction, no row lock
-        result = apply(attempt_id=attempt.pk, found=found, outcome=outcome, down_nodes=down)
+        result = apply(
+            attempt_id=attempt.pk,
+            found=found,
+            outcome=outcome,
+            down_nodes=down,
+            waiting=waiting,
+        )
         if result:
             stats["updated"] += 1
         if result in ("ended", "restarted"):
@@ -114,6 +129,20 @@ def reconcile_cluster(*, cluster_id) -> dict:
     return stats
 
 
+def _cluster_down(*, cluster: Cluster, error: str) -> None:
+    """The cluster did not answer: marked unhealthy with the error (its health and
+    last_error say so as long as it lasts); a warning once per outage, by the pass that
+    turned it unhealthy, then debug lines (a pass runs every few seconds)."""
+    error = error[:2000]
+    turned = Cluster.objects.filter(pk=cluster.pk, healthy=True).update(
+        healthy=False, last_error=error
+    )
+    if not turned:
+        Cluster.objects.filter(pk=cluster.pk).update(last_error=error)
+    log = logger.warning if turned else logger.debug
+    log("cluster %s did not answer: %s", cluster.name, error)
+
+
 def _unchanged(attempt: JobAttempt, found: BackendJob, outcome: str) -> bool:
     """True when the cluster reports exactly what the attempt row already says."""
     return (
@@ -129,17 +158,20 @@ def _unchanged(attempt: JobAttempt, found: BackendJob, outcome: str) -> bool:
 
 
 def _take_back_requeued(backend, found: BackendJob) -> str:
-    """Slurm put a started job back in its queue (a requeue after a node failure, or by an
-    operator). Torus restarts attempts itself, from the latest checkpoint and avoiding the
-    failed node, so the requeued job is cancelled and the attempt ends as a node failure."""
+    """The backend put a started job back in its queue (Slurm: a requeue after a node failure,
+    or by an operator). Torus restarts attempts itself, from the latest checkpoint and avoiding
+    the failed node, so the requeued job is cancelled and the attempt ends as a node failure."""
     with contextlib.suppress(ClusterUnavailable):  # else the next pass sees it and retries
         backend.cancel(found.backend_id)
-    found.reason = f"requeued by Slurm ({found.reason or 'no reason given'})"
+    found.reason = f"requeued by {backend.display_name} ({found.reason or 'no reason given'})"
     return AttemptState.NODE_FAIL
 
 
-def apply(*, attempt_id, found: BackendJob, outcome: str, down_nodes: set[str]) -> str:
-    """Bring one attempt (and its job) in line with the cluster. Returns what happened."""
+def apply(
+    *, attempt_id, found: BackendJob, outcome: str, down_nodes: set[str], waiting: str = ""
+) -> str:
+    """Bring one attempt (and its job) in line with the cluster. Returns what happened.
+    `waiting`: the backend's words for why a SUBMITTED attempt waits."""
     from apps.jobs.services import job_transition
 
     with transaction.atomic():
@@ -151,8 +183,11 @@ def apply(*, attempt_id, found: BackendJob, outcome: str, down_nodes: set[str]) 
         if outcome == AttemptState.SUBMITTED:
             if changed:
                 attempt.save()
-            shown = found.reason if found.reason not in ("", "None") else ""
-            waiting = f"waiting in Slurm: {shown}" if shown else "waiting in Slurm"
+            waiting = waiting or "waiting on the cluster"
+            if job.state == State.SUBMITTED and job.queue_position != found.queue_position:
+                job.queue_position = found.queue_position  # e.g. its place in Kueue's queue
+                job.save(update_fields=["queue_position", "updated_at"])
+                changed = True
             if job.state == State.SUBMITTED and job.state_reason != waiting:
                 job_transition(job=job, to=State.SUBMITTED, reason=waiting)
                 return "updated"
@@ -162,6 +197,7 @@ def apply(*, attempt_id, found: BackendJob, outcome: str, down_nodes: set[str]) 
             attempt.started_at = attempt.started_at or found.started_at or timezone.now()
             attempt.save()
             if job.state == State.SUBMITTED:
+                job.queue_position = None
                 nodes = ",".join(attempt.nodes)
                 job_transition(
                     job=job,
@@ -183,8 +219,8 @@ def apply(*, attempt_id, found: BackendJob, outcome: str, down_nodes: set[str]) 
 def _copy_backend_fields(attempt: JobAttempt, found: BackendJob) -> bool:
     before = (attempt.backend_state, attempt.backend_reason, attempt.nodes, attempt.backend_id)
     attempt.backend_state, attempt.backend_reason = found.state, found.reason[:255]
-    # Keep the nodes an attempt started on: after a node failure Slurm drops the failed node
-    # from the job's list, and that node is the one the next attempt must avoid.
+    # Keep the nodes an attempt started on: after a node failure the backend may drop the
+    # failed node from the job's list, and that node is the one the next attempt must avoid.
     if found.nodes and (not attempt.nodes or attempt.state != AttemptState.RUNNING):
         attempt.nodes = found.nodes
     if found.backend_id:

@@ -1,15 +1,14 @@
 """Reads for jobs beyond plain querysets: attempt output files."""
 
-from pathlib import Path
-
 from django.core.exceptions import ValidationError
 
+from apps.compute.backends.base import ClusterUnavailable
 from apps.jobs.models import ATTEMPT_ENDED, Job
 
 
 def read_log_chunk(*, job: Job, stream: str, offset: int, limit: int, attempt: int | None = None):
-    """Bytes [offset, offset+limit) of an attempt's stdout or stderr, decoded leniently.
-    The path comes from the attempt row, never from the request."""
+    """Bytes [offset, offset+limit) of an attempt's stdout or stderr, decoded leniently, read
+    through its cluster's log source. The path comes from the attempt row, never the request."""
     attempts = job.attempts.order_by("-number")
     row = attempts.filter(number=attempt).first() if attempt else attempts.first()
     if attempt and row is None:
@@ -24,13 +23,16 @@ def read_log_chunk(*, job: Job, stream: str, offset: int, limit: int, attempt: i
     }
     if row is None:
         return empty
-    path = Path(row.stdout_path if stream == "stdout" else row.stderr_path)
+    from apps.logs.sources import log_ref, source_for  # logs reads jobs' models
+
+    ref = log_ref(attempt=row, stream=stream)
+    source = source_for(attempt=row)
     try:
-        with path.open("rb") as handle:
-            size = handle.seek(0, 2)
-            handle.seek(min(offset, size))
-            data = handle.read(limit)
-    except OSError:
+        size = source.size(ref=ref)
+        data = source.read(ref=ref, offset=min(offset, size), limit=limit) if size else b""
+    except ClusterUnavailable:
+        size = None
+    if size is None or data is None:
         return {**empty, "complete": row.state in ATTEMPT_ENDED}
     # Never cut a UTF-8 character in two: stop before an incomplete trailing sequence.
     cut = len(data)

@@ -5,20 +5,22 @@ Submit, cancel and restart authorise at their boundary with the policy module's 
 admin) cannot act beyond the actor's rights either."""
 
 import logging
+from dataclasses import dataclass
 
 from django.db import transaction
 from django.utils import timezone
 
-from apps.compute.placement import choose_placement
+from apps.compute.placement import candidate_clusters, choose_placement
 from apps.core.actor import Actor
 from apps.core.exceptions import Conflict
-from apps.jobs import paths
+from apps.jobs import paths, submit_cache
 from apps.jobs.datasets import datasets_resolve
 from apps.jobs.inference import model_resolve
 from apps.jobs.models import ATTEMPT_ENDED, AttemptState, Job, JobAttempt, JobEvent
-from apps.jobs.spec import normalise, paths_check, totals
+from apps.jobs.spec import image_check, normalise, paths_check, totals
 from apps.jobs.states import TERMINAL, State, check_transition
 from apps.logs.live import publish_states
+from apps.quotas.models import Quota
 from apps.tenancy.audit import audit_event, audit_record
 from apps.tenancy.models import AuditEvent, Project
 from apps.tenancy.policies import authorize
@@ -83,18 +85,41 @@ def job_submit(*, actor: Actor, project: Project, spec: dict) -> Job:
 
 
 def job_submit_many(*, actor: Actor, items: list[tuple[Project, dict]]) -> list[Job]:
-    """Create many jobs at once (all or none), then admit them: one admission pass per tenant.
+    """Create many jobs at once (all or none), then admit them (see jobs_create)."""
+    return [submitted.job for submitted in jobs_create(actor=actor, items=items)]
 
-    The jobs are committed PENDING first; admission runs in its own short transaction, so
-    the tenant's admission lock is never held while rows are written.
+
+@dataclass
+class Submitted:
+    """A job just submitted. `current`: its attempts and events are all it has as committed
+    (it was admitted as it was written); else admission ran apart and the job was read again,
+    with its attempts and events."""
+
+    job: Job
+    attempts: list[JobAttempt]
+    events: list[JobEvent]
+    current: bool
+
+
+def jobs_create(*, actor: Actor, items: list[tuple[Project, dict]]) -> list[Submitted]:
+    """Create many jobs at once (all or none) and admit them.
+
+    A tenant without quotas has nothing that could hold a job: its jobs are written already
+    admitted, with their first attempts, in one transaction (admission.admit_submitted). A
+    tenant with quotas has its jobs committed PENDING first; admission then runs in its own
+    short transaction (one pass per tenant), so the tenant's admission lock is never held
+    while rows are written. Placements and whether a tenant has quotas come from the web
+    process's cache while nothing they depend on has changed (apps/jobs/submit_cache.py).
     """
-    from apps.jobs.admission import admit_tenant  # admission imports this module
+    from apps.jobs.admission import admit_submitted, admit_tenant  # admission imports us
 
     for project in {project.pk: project for project, _ in items}.values():
         authorize(
             actor, resource="job", action="create", tenant_id=project.tenant_id, target=project
         )
-    placements: dict[str, tuple] = {}
+    tenant_ids = list(dict.fromkeys(project.tenant_id for project, _ in items))
+    gens = submit_cache.generations(tenant_ids=tenant_ids)
+    placements: dict[tuple, tuple] = {}
     jobs = []
     for project, raw in items:
         spec = normalise(raw)
@@ -104,13 +129,8 @@ def job_submit_many(*, actor: Actor, items: list[tuple[Project, dict]]) -> list[
         )
         if spec.get("model"):  # pinned to the version the name or alias means now
             spec["model"] = str(model_resolve(actor=actor, project=project, ref=spec["model"]).pk)
-        key = repr((spec["resources"], spec["environment"]["type"]))
-        if key not in placements:
-            placements[key] = choose_placement(
-                resources=spec["resources"],
-                needs_containers=spec["environment"]["type"] == "container",
-            )
-        cluster, partition = placements[key]
+        cluster, partition = _placement(spec=spec, project=project, gens=gens, seen=placements)
+        image_check(spec=spec, tenant=project.tenant, cluster=cluster)
         job = Job(
             tenant=project.tenant,
             project=project,
@@ -126,11 +146,24 @@ def job_submit_many(*, actor: Actor, items: list[tuple[Project, dict]]) -> list[
         )
         job.checkpoint_dir = str(paths.checkpoint_dir(job))
         jobs.append(job)
-    with transaction.atomic():
-        Job.objects.bulk_create(jobs)
-        JobEvent.objects.bulk_create(
-            [JobEvent(job=job, to_state=State.PENDING, reason="submitted") for job in jobs]
+    limited = {
+        tenant_id
+        for tenant_id in tenant_ids
+        if submit_cache.has_quotas(
+            gens, tenant_id, lambda t=tenant_id: Quota.objects.filter(tenant_id=t).exists()
         )
+    }
+    at_once = [job for job in jobs if job.tenant_id not in limited]
+    with transaction.atomic():
+        events = {  # the tenant's live jobs lists show a new job at once
+            job.pk: [JobEvent(job=job, to_state=State.PENDING, reason="submitted")] for job in jobs
+        }
+        attempts, admitted = admit_submitted(jobs=at_once) if at_once else ([], [])
+        Job.objects.bulk_create(jobs)
+        JobAttempt.objects.bulk_create(attempts)
+        for event in admitted:
+            events[event.job_id].append(event)
+        events_record(events=[event for job in jobs for event in events[job.pk]])
         AuditEvent.objects.bulk_create(
             [
                 audit_event(
@@ -143,14 +176,48 @@ def job_submit_many(*, actor: Actor, items: list[tuple[Project, dict]]) -> list[
                 for job in jobs
             ]
         )
-    for tenant_id in {job.tenant_id for job in jobs}:
+    for tenant_id in limited:
         admit_tenant(tenant_id=tenant_id)
-    by_id = (
+    by_id = (  # none without quotas (in_bulk([]) reads nothing)
         Job.objects.select_related("project", "user", "cluster")
         .prefetch_related("attempts", "events__attempt")
-        .in_bulk([job.pk for job in jobs])
+        .in_bulk([job.pk for job in jobs if job.tenant_id in limited])
     )
-    return [by_id[job.pk] for job in jobs]
+    first = {attempt.job_id: attempt for attempt in attempts}
+    return [
+        Submitted(job, [first[job.pk]], events[job.pk], current=True)
+        if job.tenant_id not in limited
+        else Submitted(
+            by_id[job.pk],
+            list(by_id[job.pk].attempts.all()),
+            list(by_id[job.pk].events.all()),
+            current=False,
+        )
+        for job in jobs
+    ]
+
+
+def _placement(*, spec: dict, project: Project, gens, seen: dict) -> tuple:
+    """(cluster, partition) for a spec: once per shape in a request, from the process's cache
+    across requests."""
+    named = spec.get("cluster")
+    where = (
+        ("named", named)
+        if named
+        else ("cluster", project.default_cluster_id or project.tenant.default_cluster_id)
+    )
+    key = (repr(spec["resources"]), spec["environment"]["type"] == "container", where)
+    if key not in seen:
+        seen[key] = submit_cache.placement(
+            gens,
+            key,
+            lambda: choose_placement(
+                resources=spec["resources"],
+                needs_containers=key[1],
+                clusters=candidate_clusters(named=named, project=project),
+            ),
+        )
+    return seen[key]
 
 
 def attempt_open(*, job: Job, reason: str = "") -> JobAttempt:
@@ -168,6 +235,19 @@ def attempts_open(*, jobs: list[Job], reason: str = "") -> list[JobAttempt]:
         .distinct("job_id")
         .values("job_id", "number", "excluded_nodes")
     }
+    attempts, changed = attempts_build(jobs=jobs, previous=previous, reason=reason)
+    JobAttempt.objects.bulk_create(attempts)
+    if changed:
+        Job.objects.bulk_update(changed, ["latest_checkpoint", "latest_checkpoint_at"])
+    return attempts
+
+
+def attempts_build(
+    *, jobs: list[Job], previous: dict, reason: str = ""
+) -> tuple[list[JobAttempt], list[Job]]:
+    """The next attempts of `jobs` (unsaved), given each job's last attempt in `previous`
+    (job id -> number, excluded_nodes; none for a job never tried); and the jobs whose
+    latest checkpoint was found to have changed (updated in memory)."""
     attempts, changed = [], []
     for job in jobs:
         last = previous.get(job.pk)
@@ -189,10 +269,7 @@ def attempts_open(*, jobs: list[Job], reason: str = "") -> list[JobAttempt]:
                 stderr_path=str(directory / "stderr.log"),
             )
         )
-    JobAttempt.objects.bulk_create(attempts)
-    if changed:
-        Job.objects.bulk_update(changed, ["latest_checkpoint", "latest_checkpoint_at"])
-    return attempts
+    return attempts, changed
 
 
 def job_cancel(*, actor: Actor, job: Job) -> Job:
@@ -204,23 +281,30 @@ def job_cancel(*, actor: Actor, job: Job) -> Job:
         job = Job.objects.select_for_update().get(pk=job.pk)
         if job.state in TERMINAL:
             raise Conflict(f"The job has already ended ({job.state}).")
-        attempt = job.attempts.order_by("-number").first()
-        on_backend = (
-            attempt is not None
-            and (attempt.backend_id or attempt.state == AttemptState.SUBMITTING)
-            and attempt.state not in ATTEMPT_ENDED
-        )
-        job.cancel_requested = True
-        job.save(update_fields=["cancel_requested", "updated_at"])
         audit_record(actor=actor, tenant_id=job.tenant_id, action="job.cancel", target=job)
-        if not on_backend:
-            if attempt is not None and attempt.state == AttemptState.QUEUED:
-                attempt.state, attempt.ended_at = AttemptState.CANCELLED, timezone.now()
-                attempt.save(update_fields=["state", "ended_at", "updated_at"])
-            job_transition(job=job, to=State.CANCELLED, reason=f"cancelled by {actor.user}")
+        job_cancel_locked(job=job, reason=f"cancelled by {actor.user}")
         transaction.on_commit(lambda: cancel_backend_jobs.delay(str(job.pk)))
     job.refresh_from_db()
     return job
+
+
+def job_cancel_locked(*, job: Job, reason: str) -> bool:
+    """Mark a row-locked, unfinished job for cancelling: CANCELLED at once if it never reached
+    the backend. True when the backend still has to be told (cancel_backend_jobs)."""
+    attempt = job.attempts.order_by("-number").first()
+    on_backend = bool(
+        attempt is not None
+        and (attempt.backend_id or attempt.state == AttemptState.SUBMITTING)
+        and attempt.state not in ATTEMPT_ENDED
+    )
+    job.cancel_requested = True
+    job.save(update_fields=["cancel_requested", "updated_at"])
+    if not on_backend:
+        if attempt is not None and attempt.state == AttemptState.QUEUED:
+            attempt.state, attempt.ended_at = AttemptState.CANCELLED, timezone.now()
+            attempt.save(update_fields=["state", "ended_at", "updated_at"])
+        job_transition(job=job, to=State.CANCELLED, reason=reason)
+    return on_backend
 
 
 def job_restart(*, actor: Actor, job: Job) -> Job:

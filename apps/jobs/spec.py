@@ -12,11 +12,21 @@ from rest_framework import serializers
 from apps.core.api.serializers import StrictSerializer
 from apps.identity.storage import path_problem
 from apps.jobs.models import Kind
+from apps.serving.fit_fields import TrainingFitSerializer
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-LABEL_KEY_RE = re.compile(r"^[a-z0-9](?:[a-z0-9._/-]{0,61}[a-z0-9])?$")
-LABEL_VALUE_RE = re.compile(r"^[A-Za-z0-9._-]{0,63}$")
+LABEL_KEY_RE = re.compile(r"^[a-z0-9](?:[a-z0-9._/-]{0,61}[a-z0-9])?$")  # the list filter's
+# Kubernetes' label syntax (a backend may put labels on its objects): [prefix/]name, where
+# prefix is a DNS subdomain and name and value 63 characters, alphanumeric at both ends.
+LABEL_NAME_RE = re.compile(r"^[a-z0-9](?:[a-z0-9._-]{0,61}[a-z0-9])?$")  # lowercase, stricter
+LABEL_PREFIX_RE = re.compile(
+    r"^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*$"
+)
+LABEL_VALUE_RE = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9._-]{0,61}[A-Za-z0-9])?)?$")
+# label prefixes (by their ending) the platform and Kubernetes own: torus.io/tenant,
+# kueue.x-k8s.io/queue-name, node.kubernetes.io/...
+RESERVED_LABEL_DOMAINS = ("torus.io", "kubernetes.io", "k8s.io")
 TOKEN_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}$")
 MEMORY_RE = re.compile(r"^(\d+)\s*([KMGT]?)i?B?$", re.IGNORECASE)
@@ -29,6 +39,57 @@ ALIAS_RE = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
 RESERVED_ENV = {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "NODE_RANK", "LOCAL_RANK"}
 RESERVED_ENV_PREFIXES = ("SLURM_", "TORUS_")
 RETRYABLE = ("node_failure", "preemption")
+
+# Keys that ask for more than a job gets: refused wherever they appear in a spec, with the
+# reason (every other unknown key is refused as "Unknown field."). Compared lowercased,
+# without '_' and '-'.
+FORBIDDEN_KEYS = {
+    "privileged": "Jobs never run privileged.",
+    "allowprivilegeescalation": "Jobs never gain privileges.",
+    "capabilities": "Jobs run with no added capabilities.",
+    "securitycontext": "The platform sets the security context: the submitter's uid, the"
+    " project's group, no privileges.",
+    "runasuser": "A job runs as its submitter; another uid is not allowed.",
+    "runasgroup": "A job runs with its project's group; another gid is not allowed.",
+    "runasnonroot": "A job never runs as root; the platform sets this.",
+    "uid": "A job runs as its submitter; another uid is not allowed.",
+    "gid": "A job runs with its project's group; another gid is not allowed.",
+    "user": "A job runs as its submitter; another user is not allowed.",
+    "group": "A job runs with its project's group; another group is not allowed.",
+    "hostpath": "Host paths are not mounted; read data through datasets or the project's tree.",
+    "hostpaths": "Host paths are not mounted; read data through datasets or the project's tree.",
+    "volumes": "Host paths are not mounted; read data through datasets or the project's tree.",
+    "volumemounts": "Host paths are not mounted; read data through datasets or the project's tree.",
+    "mounts": "Host paths are not mounted; read data through datasets or the project's tree.",
+    "hostnetwork": "Jobs do not share the host's network.",
+    "hostpid": "Jobs do not share the host's processes.",
+    "hostipc": "Jobs do not share the host's IPC namespace.",
+    "hostport": "Jobs do not bind host ports.",
+}
+
+
+def forbidden_keys(data) -> dict:
+    """{key: [reason]} for the keys of `data` that ask for privileges (see FORBIDDEN_KEYS)."""
+    if not isinstance(data, dict):
+        return {}
+    found = {}
+    for key in data:
+        reason = FORBIDDEN_KEYS.get(str(key).lower().replace("_", "").replace("-", ""))
+        if reason:
+            found[key] = [reason]
+    return found
+
+
+# A spec section: unknown keys refused, those asking for privileges with their reason.
+# (A comment, not a docstring: the API schema would show it on every section.)
+class ClosedSerializer(StrictSerializer):
+    def to_internal_value(self, data):
+        found = forbidden_keys(data)
+        if found:
+            raise serializers.ValidationError(found)
+        return super().to_internal_value(data)
+
+
 MAX_ARG = 32 * 1024
 
 
@@ -142,7 +203,7 @@ class CommandField(serializers.Field):
         return value.get("argv", value.get("script"))
 
 
-class RegisterModelSerializer(StrictSerializer):
+class RegisterModelSerializer(ClosedSerializer):
     """On success, register <job dir>/<path> as a new version of model `name` (docs/registry.md)."""
 
     name = serializers.CharField(max_length=100)
@@ -174,7 +235,7 @@ class RegisterModelSerializer(StrictSerializer):
         return value
 
 
-class OutputDatasetSerializer(StrictSerializer):
+class OutputDatasetSerializer(ClosedSerializer):
     """An inference job's predictions: on success, <job dir>/<path> becomes a new committed
     version of dataset `name` (made if missing; docs/jobs.md, Batch inference)."""
 
@@ -197,7 +258,7 @@ class OutputDatasetSerializer(StrictSerializer):
         return value
 
 
-class ResourcesSerializer(StrictSerializer):
+class ResourcesSerializer(ClosedSerializer):
     nodes = serializers.IntegerField(min_value=1, max_value=64, default=1)
     tasks_per_node = serializers.IntegerField(min_value=1, max_value=128, default=1)
     gpus_per_node = serializers.IntegerField(min_value=0, max_value=16, default=0)
@@ -224,7 +285,7 @@ class ResourcesSerializer(StrictSerializer):
         return value
 
 
-class EnvironmentSerializer(StrictSerializer):
+class EnvironmentSerializer(ClosedSerializer):
     type = serializers.ChoiceField(choices=["none", "venv", "conda", "container"], default="none")
     path = serializers.CharField(required=False, allow_blank=False)
     image = serializers.CharField(required=False, allow_blank=False)
@@ -246,14 +307,14 @@ class EnvironmentSerializer(StrictSerializer):
         return attrs
 
 
-class DistributedSerializer(StrictSerializer):
+class DistributedSerializer(ClosedSerializer):
     launcher = serializers.ChoiceField(
         choices=["none", "torchrun", "deepspeed", "mpirun"], default="none"
     )
     master_port = serializers.IntegerField(min_value=1024, max_value=65535, required=False)
 
 
-class RestartPolicySerializer(StrictSerializer):
+class RestartPolicySerializer(ClosedSerializer):
     max_restarts = serializers.IntegerField(min_value=0, max_value=20, default=3)
     retry_on = serializers.ListField(
         child=serializers.ChoiceField(choices=RETRYABLE), default=list(RETRYABLE)
@@ -264,7 +325,7 @@ class RestartPolicySerializer(StrictSerializer):
     backoff_seconds = serializers.IntegerField(min_value=0, max_value=3600, default=5)
 
 
-class DatasetRefSerializer(StrictSerializer):
+class DatasetRefSerializer(ClosedSerializer):
     """One dataset version a job reads: {"version": "<name>:<n>" or id, "as": "TRAIN"}."""
 
     version = serializers.CharField(max_length=100)
@@ -294,9 +355,14 @@ class DatasetRefSerializer(StrictSerializer):
         return attrs
 
 
-class JobSpecSerializer(StrictSerializer):
+class JobSpecSerializer(ClosedSerializer):
     project = serializers.UUIDField()
     name = serializers.CharField(max_length=64)
+    cluster = serializers.CharField(
+        max_length=50,
+        required=False,
+        help_text="The cluster's name; else the project's, the tenant's or the platform's default.",
+    )
     kind = serializers.ChoiceField(choices=Kind.choices, default=Kind.TRAINING)
     command = CommandField()
     working_dir = serializers.CharField(required=False)
@@ -320,6 +386,11 @@ class JobSpecSerializer(StrictSerializer):
         help_text="Inference: '<model>:<version>', '<model>@<alias>' or a version id.",
     )
     output_dataset = OutputDatasetSerializer(required=False)
+    model_config = TrainingFitSerializer(
+        required=False,
+        help_text="Training: the model's config.json and the step's shape; the job is refused"
+        " when the estimate says it cannot fit the accelerators asked for (docs/serving.md).",
+    )
 
     NESTED = ("environment", "resources", "distributed", "restart_policy")
 
@@ -337,6 +408,13 @@ class JobSpecSerializer(StrictSerializer):
 
     def validate_working_dir(self, value):
         return _absolute_path(value)
+
+    def validate_cluster(self, value):
+        from apps.compute.models import Cluster
+
+        if not Cluster.objects.filter(name=value).exists():
+            raise serializers.ValidationError(f"No cluster named {value!r}.")
+        return value
 
     def validate_env(self, value):
         if len(value) > 200:
@@ -377,6 +455,13 @@ class JobSpecSerializer(StrictSerializer):
                 errors[field] = ["Required for an inference job."]
             elif not inference and field in attrs:
                 errors[field] = ["Only for an inference job (kind: inference)."]
+        if "model_config" in attrs:
+            if attrs.get("kind", Kind.TRAINING) != Kind.TRAINING:
+                errors["model_config"] = ["Only for a training job (kind: training)."]
+            else:
+                problem = fit_problem(attrs)
+                if problem:
+                    errors["model_config"] = [problem]
         if errors:
             raise serializers.ValidationError(errors)
         return attrs
@@ -386,13 +471,55 @@ class JobSpecSerializer(StrictSerializer):
             raise serializers.ValidationError("At most 32 labels.")
         errors = {}
         for key, item in value.items():
-            if not LABEL_KEY_RE.match(key):
-                errors[key] = ["Keys: lowercase letters, digits, '.', '_', '/', '-'."]
+            problem = label_key_problem(key)
+            if problem:
+                errors[key] = [problem]
             elif not LABEL_VALUE_RE.match(item):
-                errors[key] = ["Values: up to 63 letters, digits, '.', '_' or '-'."]
+                errors[key] = [
+                    "Values: up to 63 letters, digits, '.', '_' or '-', starting and ending"
+                    " with a letter or digit."
+                ]
         if errors:
             raise serializers.ValidationError(errors)
         return value
+
+
+def fit_problem(attrs: dict) -> str:
+    """'' unless the training job's model_config cannot fit the accelerators (or, with none,
+    the memory) it asks for: then the estimate's reason (apps/serving/fit.py)."""
+    from apps.serving import fit
+    from apps.serving.model_config import config_from_dict
+
+    shape, resources = attrs["model_config"], attrs["resources"]
+    report = fit.check_training(
+        model_config=config_from_dict(shape["config"], dtype=fit.PRECISIONS[shape["precision"]]),
+        accelerator=resources["accelerator"],
+        gpu_type=resources["gpu_type"],
+        gpus=resources["nodes"] * resources["gpus_per_node"],
+        memory_mb=resources["memory"],
+        batch_size=shape["batch_size"],
+        sequence_length=shape["sequence_length"],
+        precision=shape["precision"],
+        optimizer=shape["optimizer"],
+        gradient_checkpointing=shape["gradient_checkpointing"],
+    )
+    return report.reason if report.fits is False else ""
+
+
+def label_key_problem(key: str) -> str:
+    """'' when `key` is a label key a job may set: [prefix/]name as Kubernetes has it, with
+    no prefix of the platform's or Kubernetes' own."""
+    prefix, _, name = key.rpartition("/")
+    if not LABEL_NAME_RE.match(name) or (prefix and not LABEL_PREFIX_RE.match(prefix)):
+        return (
+            "Keys: [prefix/]name, the name up to 63 lowercase letters, digits, '.', '_' or"
+            " '-' starting and ending with a letter or digit, the prefix a lowercase DNS name."
+        )
+    if len(prefix) > 253:
+        return "A key's prefix is at most 253 characters."
+    if prefix and prefix.endswith(RESERVED_LABEL_DOMAINS):  # also x-k8s.io (Kueue, kwok)
+        return f"The prefix {prefix!r} is the platform's; choose another."
+    return ""
 
 
 def paths_check(*, spec: dict, tenant) -> None:
@@ -410,6 +537,37 @@ def paths_check(*, spec: dict, tenant) -> None:
             errors["environment"] = {"path": [problem]}
     if errors:
         raise serializers.ValidationError(errors)
+
+
+def image_check(*, spec: dict, tenant, cluster) -> None:
+    """A container image only where the cluster runs containers (placement sees to that),
+    from a registry the tenant allows (Tenant.image_registries) or the cluster's default
+    image; on Kubernetes, where every job runs in one, an image either way: a 400 at
+    environment.image with the reason otherwise."""
+    from apps.compute.models import Backend
+    from apps.jobs.images import image_problem
+
+    default_image = str((cluster.config or {}).get("default_image", ""))
+    if spec["environment"]["type"] != "container":
+        if cluster.backend == Backend.KUBERNETES and not default_image:
+            raise serializers.ValidationError(
+                {
+                    "environment": {
+                        "image": [
+                            f"Cluster {cluster.name} runs every job in a container and has no"
+                            " default image: give environment {type: container, image: ...}."
+                        ]
+                    }
+                }
+            )
+        return
+    problem = image_problem(
+        image=spec["environment"]["image"],
+        registries=list(tenant.image_registries or []),
+        default_image=default_image,
+    )
+    if problem:
+        raise serializers.ValidationError({"environment": {"image": [problem]}})
 
 
 def normalise(validated: dict) -> dict:

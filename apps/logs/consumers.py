@@ -16,6 +16,11 @@ Messages sent, as JSON objects with a "type":
   state     {state, from, reason, at, attempt}
   stream_end {attempt, stream}   (that stream of that attempt is fully shipped)
   skipped   {count, first: {attempt_number, stream, offset}}
+
+/ws/tenants/{id}/jobs/?project=<id>: the state changes of every job of the tenant (or of one
+of its projects), for the jobs list; the same handshake checks (job read) and access watch.
+  subscribed {tenant, project}   (first, once: changes committed from now on are sent)
+  states     {changes: [{job, project, state, from, reason, at, attempt}, ...]}
 """
 
 import time
@@ -28,10 +33,10 @@ from django.conf import settings
 
 from apps.core.actor import Actor
 from apps.jobs.models import Job
-from apps.logs.live import job_group
+from apps.logs.live import job_group, tenant_jobs_group
 from apps.logs.search_backlog import last_lines, streams_complete
 from apps.tenancy.consumers import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED, AccessWatchMixin
-from apps.tenancy.models import Membership
+from apps.tenancy.models import Membership, Project
 from apps.tenancy.policies import allowed
 
 CLOSE_NOT_FOUND = 4404
@@ -48,16 +53,40 @@ def _may_follow(actor: Actor, job: Job) -> bool:
     return allowed(actor, resource="job", action="logs", tenant_id=job.tenant_id, target=job)
 
 
-@database_sync_to_async
-def _still_may_follow(actor: Actor, job: Job) -> bool:
-    """The actor's role in the job's tenant read afresh (the handshake's may be stale)."""
+def _fresh_actor(actor: Actor, tenant_id) -> Actor:
+    """The actor with its role in one tenant read afresh (the handshake's may be stale)."""
     role = (
-        Membership.objects.filter(user_id=actor.user.pk, tenant_id=job.tenant_id)
+        Membership.objects.filter(user_id=actor.user.pk, tenant_id=tenant_id)
         .values_list("role", flat=True)
         .first()
     )
-    fresh = Actor(user=actor.user, roles={job.tenant_id: role} if role else {}, token=actor.token)
-    return _may_follow(fresh, job)
+    return Actor(user=actor.user, roles={tenant_id: role} if role else {}, token=actor.token)
+
+
+@database_sync_to_async
+def _still_may_follow(actor: Actor, job: Job) -> bool:
+    return _may_follow(_fresh_actor(actor, job.tenant_id), job)
+
+
+def _may_list_jobs(actor: Actor, tenant_id) -> bool:
+    return allowed(actor, resource="job", action="read", tenant_id=tenant_id)
+
+
+@database_sync_to_async
+def _still_may_list_jobs(actor: Actor, tenant_id) -> bool:
+    return _may_list_jobs(_fresh_actor(actor, tenant_id), tenant_id)
+
+
+@database_sync_to_async
+def _project_in(tenant_id, project_id) -> bool:
+    return Project.objects.filter(tenant_id=tenant_id, pk=project_id).exists()
+
+
+def _uuid(value) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        return None
 
 
 @database_sync_to_async
@@ -87,18 +116,31 @@ class LineBudget:
         return granted
 
 
-class JobLogConsumer(AccessWatchMixin, AsyncJsonWebsocketConsumer):
+class GroupSocket(AccessWatchMixin, AsyncJsonWebsocketConsumer):
+    """A socket that, once allowed, is accepted (with the "torus" subprotocol when offered),
+    joins one Channels group and watches its access; it leaves the group when it closes."""
+
+    async def join(self, group: str) -> None:
+        self.group = group
+        protocols = self.scope.get("subprotocols") or []
+        await self.accept(subprotocol="torus" if "torus" in protocols else None)
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.watch_access()
+
+    async def disconnect(self, code):
+        await self.unwatch_access()
+        if hasattr(self, "group"):
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+
+class JobLogConsumer(GroupSocket):
     async def connect(self):
         actor = self.scope.get("actor")
         if actor is None:
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
-        try:
-            job_id = uuid.UUID(self.scope["url_route"]["kwargs"]["job_id"])
-        except ValueError:
-            job = None
-        else:
-            job = await _visible_job(actor, job_id)
+        job_id = _uuid(self.scope["url_route"]["kwargs"]["job_id"])
+        job = await _visible_job(actor, job_id) if job_id else None
         if job is None:
             await self.close(code=CLOSE_NOT_FOUND)
             return
@@ -106,7 +148,6 @@ class JobLogConsumer(AccessWatchMixin, AsyncJsonWebsocketConsumer):
             await self.close(code=CLOSE_FORBIDDEN)
             return
         self.job = job
-        self.group = job_group(job.pk)
         query = parse_qs(self.scope.get("query_string", b"").decode())
         tail = (query.get("tail") or [""])[-1]
         tail = min(int(tail), MAX_TAIL) if tail.isdigit() else DEFAULT_TAIL
@@ -114,18 +155,10 @@ class JobLogConsumer(AccessWatchMixin, AsyncJsonWebsocketConsumer):
         if self.stream not in STREAMS:
             self.stream = None  # both
         self.budget = LineBudget(settings.TORUS_LIVE_MAX_LINES_PER_SECOND)
-        protocols = self.scope.get("subprotocols") or []
-        await self.accept(subprotocol="torus" if "torus" in protocols else None)
         # subscribe first, then read: whatever is shipped meanwhile comes live (or twice,
         # with the same attempt/stream/offset), never not at all
-        await self.channel_layer.group_add(self.group, self.channel_name)
-        await self.watch_access()
+        await self.join(job_group(job.pk))
         await self.send_json(await _backlog(job, tail, self.stream))
-
-    async def disconnect(self, code):
-        await self.unwatch_access()
-        if hasattr(self, "group"):
-            await self.channel_layer.group_discard(self.group, self.channel_name)
 
     async def still_allowed(self) -> bool:
         return await _still_may_follow(self.scope["actor"], self.job)
@@ -157,3 +190,49 @@ class JobLogConsumer(AccessWatchMixin, AsyncJsonWebsocketConsumer):
 
     async def job_state(self, event):
         await self.send_json({**event, "type": "state"})
+
+
+class TenantJobsConsumer(GroupSocket):
+    """A jobs list's live states: every change of the tenant's jobs (one project's, with
+    ?project=), in the batches apps/logs/live.py::publish_states makes."""
+
+    async def connect(self):
+        actor = self.scope.get("actor")
+        if actor is None:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        tenant_id = _uuid(self.scope["url_route"]["kwargs"]["tenant_id"])
+        if tenant_id not in actor.tenant_ids:  # not one of the actor's: as if it did not exist
+            await self.close(code=CLOSE_NOT_FOUND)
+            return
+        if not _may_list_jobs(actor, tenant_id):
+            await self.close(code=CLOSE_FORBIDDEN)
+            return
+        query = parse_qs(self.scope.get("query_string", b"").decode())
+        project = (query.get("project") or [""])[-1]
+        self.project = None
+        if project:
+            self.project = _uuid(project)
+            if self.project is None or not await _project_in(tenant_id, self.project):
+                await self.close(code=CLOSE_NOT_FOUND)
+                return
+        self.tenant_id = tenant_id
+        await self.join(tenant_jobs_group(tenant_id))
+        await self.send_json(
+            {
+                "type": "subscribed",
+                "tenant": str(tenant_id),
+                "project": str(self.project) if self.project else None,
+            }
+        )
+
+    async def still_allowed(self) -> bool:
+        return await _still_may_list_jobs(self.scope["actor"], self.tenant_id)
+
+    async def jobs_states(self, event):
+        changes = event["changes"]
+        if self.project:
+            project = str(self.project)
+            changes = [change for change in changes if change["project"] == project]
+        if changes:
+            await self.send_json({"type": "states", "changes": changes})

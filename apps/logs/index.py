@@ -5,12 +5,12 @@ import re
 from datetime import timedelta
 from pathlib import Path
 
-from django.conf import settings
 from django.utils import timezone
 
 from apps.logs.es import INDEX_PREFIX, client, index_pattern
 
-TEMPLATE = Path(settings.BASE_DIR) / "platform" / "elasticsearch" / "templates" / "torus-logs.json"
+# package data (pyproject.toml): the wheel carries it, bench/ingest.py reads the same file
+TEMPLATE = Path(__file__).with_name("data") / "torus-logs.json"
 
 
 def template_install() -> None:

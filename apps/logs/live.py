@@ -1,5 +1,7 @@
 """Publishing to a job's Channels group (`job-<id>`): shipped lines and metric points in
-bounded batches, and job state changes. Best effort: the data itself is in Elasticsearch and
+bounded batches, and job state changes; the state changes also go to the tenant's jobs group
+(`jobs-<tenant id>`, the jobs list's /ws/tenants/{id}/jobs/), a message per commit and tenant
+of up to 500 changes. Best effort: the data itself is in Elasticsearch and
 PostgreSQL, so a Redis outage is logged and never fails the caller."""
 
 import asyncio
@@ -13,10 +15,15 @@ logger = logging.getLogger(__name__)
 MAX_LINES_PER_MESSAGE = 500
 MAX_CHARS_PER_LINE = 4096
 MAX_POINTS_PER_MESSAGE = 5000
+MAX_CHANGES_PER_MESSAGE = 500
 
 
 def job_group(job_id) -> str:
     return f"job-{job_id}"
+
+
+def tenant_jobs_group(tenant_id) -> str:
+    return f"jobs-{tenant_id}"
 
 
 _publisher: dict = {}  # this process's event loop for publishing, and its pid
@@ -94,21 +101,32 @@ def publish_stream_end(*, job_id, attempt_number: int, stream: str) -> None:
     _send([(job_group(job_id), message)])
 
 
+def _state_change(event) -> dict:
+    return {
+        "state": event.to_state,
+        "from": event.from_state,
+        "reason": event.reason,
+        "at": event.created_at.isoformat(),
+        "attempt": event.attempt.number if event.attempt_id else None,
+    }
+
+
 def publish_states(*, events: list) -> None:
-    """Send job state changes (saved JobEvent objects) to each job's live viewers."""
-    _send(
-        [
-            (
-                job_group(event.job_id),
-                {
-                    "type": "job.state",
-                    "state": event.to_state,
-                    "from": event.from_state,
-                    "reason": event.reason,
-                    "at": event.created_at.isoformat(),
-                    "attempt": event.attempt.number if event.attempt_id else None,
-                },
-            )
-            for event in events
-        ]
-    )
+    """Send job state changes (saved JobEvent objects, their job attached) to each job's live
+    viewers, and in batches to the live jobs lists of each job's tenant."""
+    messages, by_tenant = [], {}
+    for event in events:
+        change = _state_change(event)
+        messages.append((job_group(event.job_id), {"type": "job.state", **change}))
+        job = event.job
+        by_tenant.setdefault(job.tenant_id, []).append(
+            {"job": str(job.pk), "project": str(job.project_id), **change}
+        )
+    step = MAX_CHANGES_PER_MESSAGE
+    for tenant_id, changes in by_tenant.items():
+        group = tenant_jobs_group(tenant_id)
+        messages.extend(
+            (group, {"type": "jobs.states", "changes": changes[i : i + step]})
+            for i in range(0, len(changes), step)
+        )
+    _send(messages)

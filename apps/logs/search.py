@@ -14,6 +14,7 @@ import logging
 import re
 import uuid
 from datetime import UTC, datetime, timedelta
+from urllib.parse import quote
 
 from django.core.exceptions import ValidationError
 from elasticsearch import ApiError, TransportError
@@ -33,6 +34,8 @@ MAX_CONTEXT = 200
 MAX_BUCKETS = 2000
 AUTO_BUCKETS = 60
 SEARCH_TIMEOUT_S = 15
+SEARCH_PARAMS = {"ignore_unavailable": "true", "allow_no_indices": "true"}
+JSON_HEADERS = {"accept": "application/json", "content-type": "application/json"}
 UNAVAILABLE = "Log search is unavailable right now (Elasticsearch did not answer); try again."
 
 # (timestamp, offset) is not unique across attempts and streams; attempt and stream complete
@@ -257,8 +260,12 @@ def decode_cursor(token: str) -> list:
 
 def _tenant_scope(actor: Actor) -> dict:
     """{tenant id: slug} of the actor's tenants where it may search logs (PermissionDenied if
-    it belongs to tenants but may search in none)."""
+    it belongs to tenants but may search in none). A token acts in its one tenant, read with
+    it (and read again whenever the tenant changes: apps/tenancy/token_cache.py)."""
     allowed_ids = authorize_any(actor, resource="logs", action="search")
+    token = actor.token
+    if token is not None and list(allowed_ids) == [token.tenant_id]:
+        return {token.tenant_id: token.tenant.slug}
     return dict(Tenant.objects.filter(pk__in=allowed_ids).values_list("id", "slug"))
 
 
@@ -386,15 +393,17 @@ def _ms(when: datetime) -> int:
 
 
 def _search(indices: str, body: dict) -> dict:
+    """POST /<indices>/_search: the client's transport called directly (its `search()` checks
+    and rewrites every parameter first, about a millisecond a request here)."""
     try:
         return (
-            client()
-            .options(request_timeout=SEARCH_TIMEOUT_S)
-            .search(
-                index=indices,
-                ignore_unavailable=True,
-                allow_no_indices=True,
-                **body,
+            client(timeout=SEARCH_TIMEOUT_S)
+            .perform_request(
+                "POST",
+                f"/{quote(indices, safe=',*')}/_search",
+                params=SEARCH_PARAMS,
+                headers=JSON_HEADERS,
+                body=body,
             )
             .body
         )

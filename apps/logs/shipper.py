@@ -1,4 +1,6 @@
-"""The log shipper: tails every active attempt's stdout and stderr into Elasticsearch.
+"""The log shipper: tails every active attempt's stdout and stderr into Elasticsearch, read
+through its cluster's log source (apps/logs/sources.py: files for Slurm, the pod log API for
+Kubernetes).
 
 Exactly once in effect: each event's document id is (attempt, stream, byte offset), so a
 re-sent batch overwrites itself; a stream's offset is stored only after Elasticsearch has
@@ -20,6 +22,7 @@ from django.db import IntegrityError, close_old_connections, connection
 from django.utils import timezone
 from elasticsearch import ApiError, TransportError, helpers
 
+from apps.compute.backends.base import ClusterUnavailable
 from apps.jobs.models import ATTEMPT_ENDED, JobAttempt
 from apps.logs.es import client, index_name
 from apps.logs.index import template_install
@@ -29,6 +32,7 @@ from apps.logs.models import LogCursor
 from apps.logs.parsing import events
 from apps.logs.search_backlog import to_line
 from apps.logs.signatures import scan_pending
+from apps.logs.sources import log_ref, source_for
 
 logger = logging.getLogger(__name__)
 STREAMS = ("stdout", "stderr")
@@ -47,7 +51,7 @@ def _active_attempts(*, shard: int, shards: int):
     attempts = list(
         JobAttempt.objects.filter(logs_shipped=False, created_at__gte=recent)
         .exclude(stdout_path="")
-        .select_related("job__tenant")
+        .select_related("job__tenant", "job__cluster")
         .order_by()
     )
     done = set(
@@ -68,18 +72,17 @@ def ship_stream(attempt: JobAttempt, stream: str) -> int:
     cursor, _ = LogCursor.objects.get_or_create(attempt=attempt, stream=stream)
     if cursor.complete:
         return 0
-    path = attempt.stdout_path if stream == "stdout" else attempt.stderr_path
     ended = attempt.state in ATTEMPT_ENDED
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(cursor.offset)
-            data = handle.read(settings.TORUS_SHIPPER_READ_BYTES)
-            at_eof = handle.read(1) == b""
-    except FileNotFoundError:
+    read = settings.TORUS_SHIPPER_READ_BYTES
+    data = source_for(attempt=attempt).read(
+        ref=log_ref(attempt=attempt, stream=stream), offset=cursor.offset, limit=read + 1
+    )  # one byte more: whether this read reaches the end
+    if data is None:  # no such stream (yet, or any more)
         if ended:
             LogCursor.objects.filter(pk=cursor.pk).update(complete=True)
             _stream_shipped(attempt, stream)
         return 0
+    at_eof, data = len(data) <= read, data[:read]
     base, skipping = cursor.offset, cursor.skipping
     if skipping:  # the rest of an over-long line, already shipped truncated
         newline = data.find(b"\n")
@@ -267,6 +270,9 @@ def ship_pass(*, shard: int = 0, shards: int = 1) -> PassStats:
                 if shipped == 0:
                     break
                 attempt.refresh_from_db(fields=["state"])
+        except ClusterUnavailable as exc:  # its cluster's log source did not answer
+            logger.warning("logs of attempt %s unavailable now: %s", attempt.pk, exc)
+            continue
         except (IntegrityError, JobAttempt.DoesNotExist):
             # its job was deleted while we shipped it (its cursor or metric rows cannot be
             # written): nothing is left to ship; anything else is a real error

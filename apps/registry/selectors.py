@@ -1,7 +1,8 @@
 """Reads of the registry: lineage both ways, comparisons, alias history. Every function takes
 the actor and sees only its tenants (apps/core/models.py::visible_to)."""
 
-from django.db.models import Q
+from django.contrib.postgres.expressions import ArraySubquery
+from django.db.models import Exists, OuterRef, Q
 from django.http import Http404
 
 from apps.core.actor import Actor
@@ -75,25 +76,32 @@ def version_lineage(*, actor: Actor, version: ModelVersion) -> dict:
     """From a version back: its job, the job's attempts (logs links), the metrics it carries,
     the dataset versions it came from (given at registration, and those its attempt read)."""
     _visible(actor, version.model)
-    job = None
-    if version.source_job_id:
-        job = Job.objects.select_related("user", "project").get(pk=version.source_job_id)
     from apps.datasets.models import DatasetVersion
 
+    job = None
     attempts = []
     read_by: dict = {}  # attempt id -> ids of the dataset versions it read
-    if job is not None:
-        job_attempts = list(JobAttempt.objects.filter(job=job).order_by("number"))
-        if _attempt_reads_datasets():
-            through = JobAttempt.dataset_versions.through
-            for attempt_id, dv_id in through.objects.filter(
-                jobattempt_id__in=[a.pk for a in job_attempts]
-            ).values_list("jobattempt_id", "datasetversion_id"):
-                read_by.setdefault(attempt_id, []).append(dv_id)
+    if version.source_job_id:
+        # the job's attempts with their job and the dataset versions each read: one query
+        job_attempts = JobAttempt.objects.filter(job_id=version.source_job_id)
+        job_attempts = job_attempts.select_related("job__user", "job__project")
+        reads = _attempt_reads_datasets()
+        if reads:
+            through = JobAttempt.dataset_versions.through.objects
+            read = through.filter(jobattempt=OuterRef("pk")).order_by("pk")
+            job_attempts = job_attempts.annotate(
+                read_ids=ArraySubquery(read.values("datasetversion_id"))
+            )
+        job_attempts = list(job_attempts.order_by("number"))
+        if job_attempts:
+            job = job_attempts[0].job
+        else:
+            job = Job.objects.select_related("user", "project").get(pk=version.source_job_id)
         for attempt in job_attempts:
             ref = {**_attempt_ref(attempt), "source": attempt.pk == version.source_attempt_id}
-            if _attempt_reads_datasets():
-                ref["dataset_versions"] = [str(pk) for pk in read_by.get(attempt.pk, [])]
+            if reads:
+                read_by[attempt.pk] = attempt.read_ids
+                ref["dataset_versions"] = [str(pk) for pk in attempt.read_ids]
             attempts.append(ref)
     # given at registration, and those the source attempt read: one query for both
     wanted = Q(model_versions=version) | Q(pk__in=read_by.get(version.source_attempt_id, []))
@@ -113,9 +121,18 @@ def version_lineage(*, actor: Actor, version: ModelVersion) -> dict:
     }
 
 
+def with_inference_flag(versions):
+    """`versions` (a queryset) each with `read_by_inference`, read in the same query: a
+    lineage without inference jobs (the usual case) then looks for none."""
+    attempts = JobAttempt.objects.filter(model_version=OuterRef("pk"))
+    return versions.annotate(read_by_inference=Exists(attempts))
+
+
 def _inference_jobs(*, actor: Actor, version: ModelVersion) -> list[dict]:
     """The batch inference jobs whose attempts read `version`, with the dataset versions
     those attempts wrote (their predictions)."""
+    if getattr(version, "read_by_inference", True) is False:
+        return []
     jobs: dict = {}
     for attempt in (
         JobAttempt.objects.visible_to(actor)

@@ -20,7 +20,7 @@ from typing import BinaryIO
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from apps.core.actor import Actor
@@ -405,6 +405,7 @@ def _finish(version: ModelVersion, *, actor: Actor | None, user=None) -> ModelVe
         tenant_id=version.tenant_id,
         event=WebhookEvent.VERSION_CREATED,
         payload=lambda: version_event(version),
+        model=version.model,
     )
     return version
 
@@ -733,6 +734,7 @@ def _alias_moved(*, actor, user, model, name: str, before, after) -> None:
     )
     deliveries_enqueue(
         tenant_id=model.tenant_id,
+        model=model,
         event=WebhookEvent.ALIAS_CHANGED,
         payload=lambda: {
             **_model_ref(model),
@@ -896,10 +898,22 @@ def version_event(version: ModelVersion) -> dict:
     }
 
 
-def deliveries_enqueue(*, tenant_id, event: str, payload) -> list[WebhookDelivery]:
+def with_webhook_flag(models):
+    """`models` (a queryset) each with `tenant_has_webhooks`, read in the same query: an
+    event about a model whose tenant has no active webhook then costs no query."""
+    hooks = Webhook.objects.filter(tenant_id=OuterRef("tenant_id"), active=True)
+    return models.annotate(tenant_has_webhooks=Exists(hooks))
+
+
+def deliveries_enqueue(
+    *, tenant_id, event: str, payload, model: RegisteredModel | None = None
+) -> list[WebhookDelivery]:
     """One delivery per active webhook of the tenant that wants `event`, in the caller's
     transaction; each is tried by the worker after commit. `payload`: a dict, or a function
-    making it (called only when a webhook wants the event)."""
+    making it (called only when a webhook wants the event). `model`: the model the event is
+    about, if read `with_webhook_flag` (then none are looked for when the tenant had none)."""
+    if model is not None and getattr(model, "tenant_has_webhooks", True) is False:
+        return []
     hooks = [
         hook
         for hook in Webhook.objects.filter(tenant_id=tenant_id, active=True)

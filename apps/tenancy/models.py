@@ -38,6 +38,13 @@ class Tenant(BaseModel):
         validators=[MinValueValidator(1), MaxValueValidator(3650)],
         help_text="Job log lines older than this many days are deleted.",
     )
+    # Container images a job may name: registry hosts (with an optional path prefix, e.g.
+    # "registry.example.com/team"); empty: only a cluster's default image. apps/jobs/images.py
+    image_registries = models.JSONField(default=list, blank=True)
+    # Where jobs run when their spec names no cluster (a project's own default first).
+    default_cluster = models.ForeignKey(
+        "compute.Cluster", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
 
     objects = TenantQuerySet.as_manager()
 
@@ -72,6 +79,9 @@ class Project(TenantModel):
     name = models.CharField(max_length=200)
     slug = models.CharField(max_length=50, validators=[slug_validator])
     description = models.TextField(blank=True, default="")
+    default_cluster = models.ForeignKey(
+        "compute.Cluster", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["tenant", "slug"], name="uniq_project_slug")]

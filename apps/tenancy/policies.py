@@ -85,6 +85,13 @@ MATRIX: dict[tuple[str, str], Role] = {
     ("webhook", "create"): Role.ADMIN,
     ("webhook", "update"): Role.ADMIN,
     ("webhook", "delete"): Role.ADMIN,
+    # Model deployments (docs/serving.md): members deploy the models of their projects, scale,
+    # update and remove those deployments and make their gateway keys (the rule below).
+    ("deployment", "read"): Role.VIEWER,
+    ("deployment", "create"): Role.MEMBER,
+    ("deployment", "update"): Role.MEMBER,
+    ("deployment", "delete"): Role.MEMBER,
+    ("deployment", "keys"): Role.MEMBER,
 }
 
 # Actions that only read: the only ones a read-only token may do.
@@ -103,6 +110,7 @@ SIGNED_IN: frozenset[tuple[str, str]] = frozenset(
         ("account", "read"),
         ("account", "logout"),
         ("invitation", "accept"),  # bound to the invited person (apps/tenancy/services.py)
+        ("fit", "estimate"),  # a memory estimate from a config the caller sends; nothing stored
     }
 )
 
@@ -169,6 +177,19 @@ def works_in_models_project(actor: Actor, target) -> bool:
     in every project."""
     model = getattr(target, "model", target)  # a version, a model or a project
     return runs_jobs_in_project(actor, getattr(model, "project", model))
+
+
+@_rule(
+    ("deployment", "create"),
+    ("deployment", "update"),
+    ("deployment", "delete"),
+    ("deployment", "keys"),
+    message="You need to be a member of the deployment's project to change it.",
+)
+def works_in_deployments_project(actor: Actor, target) -> bool:
+    """Members deploy in the projects they belong to; admins and owners in every project.
+    The target is a project (create) or a deployment."""
+    return runs_jobs_in_project(actor, getattr(target, "project", target))
 
 
 RULES[("model", "create")] = Rule(

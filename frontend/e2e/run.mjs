@@ -60,6 +60,10 @@ async function axe(page, name) {
 async function visit(page, name, lang, { axeCheck = true } = {}) {
   await page.waitForLoadState("networkidle").catch(() => {});
   await page.locator(".ant-spin-spinning").first().waitFor({ state: "detached", timeout: 15_000 }).catch(() => {});
+  // the pointer off whatever was just clicked, its hover colour faded (antd: 0.2 s), so axe
+  // judges the page as it rests (a hovered default button is #4096ff on white, 3.0:1)
+  await page.mouse.move(0, 0);
+  await page.waitForTimeout(300);
   if (axeCheck) await axe(page, `${name}.${lang}`);
   if (shots) await page.screenshot({ path: `${shots}/${name}.${lang}.png`, fullPage: true });
   report.pages.push(`${name}.${lang}`);
@@ -149,6 +153,15 @@ const scenarios = {
     await page.goto(`${base}/jobs`);
     await page.getByRole("heading", { name: "Jobs" }).waitFor();
     check((await page.getByRole("link", { name: "Submit job" }).count()) === 0, "a viewer sees Submit job");
+    if (params.signature) {
+      // the failed job's failure signature is a tag in the list; the tag filters by it
+      const tag = page.getByTestId("job-signature").filter({ hasText: params.signature });
+      await tag.waitFor();
+      await visit(page, "jobs-tagged", "en");
+      await tag.click();
+      await page.waitForURL((u) => u.searchParams.get("signature") === params.signature);
+      report.tagFilter = new URL(page.url()).searchParams.get("signature");
+    }
     check((await page.getByRole("link", { name: "Audit log" }).count()) === 0, "a viewer sees the audit log");
     await page.goto(`${base}/jobs/new`);
     await page.getByText("Your role in this tenant cannot submit jobs.").waitFor();
@@ -173,6 +186,13 @@ const scenarios = {
     await page.goto(`${base}/jobs/${params.jobId}`);
     await page.getByTestId("why-waiting").filter({ hasText: "0 of 0 jobs running" }).waitFor({ timeout: 60_000 });
     report.waitingSaid = await page.getByTestId("why-waiting").innerText();
+    // a second tab on the jobs list, left alone: the change must reach it over the websocket
+    const list = await page.context().newPage();
+    await list.goto(`${base}/jobs`);
+    const row = list.getByRole("row").filter({ has: list.getByRole("link", { name: "waits", exact: true }) });
+    await row.getByTestId("job-state").filter({ hasText: "PENDING" }).waitFor();
+    const listFetches = [];
+    list.on("request", (r) => r.url().includes("/api/v1/jobs/?") && listFetches.push(r.url()));
     await page.goto(`${base}/console/quotas`);
     await page.getByTestId("quota-edit").first().click();
     const dialog = page.getByRole("dialog");
@@ -183,6 +203,183 @@ const scenarios = {
     await page.goto(`${base}/jobs/${params.jobId}`);
     await page.getByTestId("job-state").filter({ hasText: /RUNNING|SUCCEEDED/ }).first().waitFor({ timeout: 120_000 });
     report.stateAfter = await page.getByTestId("job-state").first().innerText();
+    await row.getByTestId("job-state").filter({ hasText: /QUEUED|SUBMITTED|RUNNING|SUCCEEDED/ }).waitFor({ timeout: 60_000 });
+    report.listStateAfter = await row.getByTestId("job-state").innerText();
+    report.listRefetches = listFetches.length; // refetched because it was told, never polled
+  },
+
+  // A member uploads a file into a dataset; the connection drops after the first chunk; the
+  // upload stops uncommitted; after a reload, picking the same file resumes it where the
+  // server's copy ends. The dataset and model panels (expanded rows, lineage) get axe checks.
+  async catalogue(browser) {
+    const page = await newPage(browser, "en");
+    await signIn(page, params.users.member);
+    const expand = async (path, heading) => {
+      await page.goto(`${base}${path}`);
+      await page.getByRole("heading", { name: heading, exact: true }).waitFor();
+      await page.getByRole("button", { name: /expand row|展开行/i }).first().click();
+    };
+    await expand("/datasets", "Datasets");
+    await page.getByTestId("compare-go").waitFor();
+    await visit(page, "dataset-panel", "en");
+    let blocked = true;
+    await page.route("**/upload/?*", (route) => {
+      const offset = new URL(route.request().url()).searchParams.get("offset");
+      if (blocked && route.request().method() === "PUT" && offset !== "0") return route.abort("connectionreset");
+      return route.continue();
+    });
+    await page.getByTestId("upload-files").setInputFiles(params.uploadFile);
+    await page.getByTestId("upload-resume-hint").waitFor({ timeout: 120_000 });
+    report.stopped = await page.locator(".ant-alert-error").first().innerText();
+    blocked = false;
+    await page.unroute("**/upload/?*");
+
+    await page.reload();
+    await page.getByRole("button", { name: /expand row/i }).first().click();
+    await page.getByTestId("upload-unfinished").waitFor();
+    await visit(page, "dataset-panel-unfinished", "en");
+    const puts = [];
+    page.on("request", (r) => r.method() === "PUT" && r.url().includes("/upload/?") && puts.push(new URL(r.url()).searchParams.get("offset")));
+    await page.getByTestId("upload-files").setInputFiles(params.uploadFile);
+    await page.getByText(/Uploaded and committed version \d+/).waitFor({ timeout: 120_000 });
+    report.resumedOffsets = puts;
+
+    await expand("/models", "Models");
+    await page.getByTestId("lineage-1").click();
+    await page.getByTestId("lineage").locator("canvas").first().waitFor();
+    await visit(page, "model-panel", "en");
+
+    await chooseOption(page, "lang-switch", "简体中文");
+    await expand("/datasets", "数据集");
+    await page.getByTestId("compare-go").waitFor();
+    await visit(page, "dataset-panel", "zh");
+    await expand("/models", "模型");
+    await page.getByTestId("lineage-1").click();
+    await page.getByTestId("lineage").locator("canvas").first().waitFor();
+    await visit(page, "model-panel", "zh");
+  },
+
+  // Model deployments: a member deploys the registered tiny model from the form (the fit
+  // estimate shown first), sees it READY with its replica and the replica's job, makes a key
+  // (shown once) and sends requests with it through the gateway, sees the request-rate chart;
+  // the pages in English and Chinese with axe; a viewer sees no action.
+  async deployments(browser) {
+    const { users, project, model, requests } = params;
+    const page = await newPage(browser, "en");
+    await signIn(page, users.member);
+    await page.goto(`${base}/deployments`);
+    await page.getByRole("heading", { name: "Deployments", exact: true }).waitFor();
+    await page.getByTestId("deployments-empty").waitFor();
+    await visit(page, "deployments-empty", "en");
+
+    await page.getByTestId("deploy-button").click();
+    await page.getByRole("heading", { name: "Deploy a model" }).waitFor();
+    await page.getByTestId("deploy-name").fill(params.name);
+    await chooseOption(page, "deploy-project", project);
+    await chooseOption(page, "deploy-model", model);
+    await chooseOption(page, "deploy-ref", "@production → v1");
+    await page.getByTestId("deploy-slots").fill("2");
+    await page.getByTestId("deploy-context").fill("512");
+    const fit = page.getByTestId("fit-result");
+    // the test asserts what it said (reported rather than thrown here, so a run shows the rest)
+    await fit.waitFor({ timeout: 30_000 }).catch(() => {});
+    report.fits = (await fit.count()) ? await fit.getAttribute("data-fits") : null;
+    report.fitText = await page.getByTestId("fit-card").innerText();
+    await visit(page, "deploy", "en");
+    await page.getByTestId("deploy-submit").click();
+    await page.waitForURL(/\/deployments\/[0-9a-f-]{36}$/);
+    report.deploymentId = page.url().split("/").pop();
+
+    // READY with its replica, whose job's page is one click away
+    await page.getByTestId("deployment-state").filter({ hasText: "READY" }).waitFor({ timeout: 240_000 });
+    await page.getByTestId("replica-state").filter({ hasText: "READY" }).first().waitFor({ timeout: 60_000 });
+    report.replicas = await page.getByTestId("deployment-replicas").first().innerText();
+    report.replicaJob = (await page.getByTestId("replica-job").first().getAttribute("href")).split("/").pop();
+    await visit(page, "deployment", "en");
+
+    // a key, shown once, used for requests through the gateway from this page
+    await page.getByRole("tab", { name: "Keys" }).click();
+    await page.getByTestId("key-create").click();
+    const dialog = page.getByRole("dialog");
+    await dialog.getByTestId("key-name").fill("e2e");
+    await dialog.getByRole("button", { name: "Save" }).click();
+    await dialog.waitFor({ state: "hidden" });
+    const token = (await page.getByTestId("key-token").innerText()).trim();
+    check(token.startsWith("tsk_"), `the key shown is ${token}`);
+    report.key = token; // the test's own key, to compare with the hash the platform kept
+    await visit(page, "deployment-keys", "en");
+    report.statuses = await page.evaluate(
+      async ({ id, token, n }) => {
+        const out = [];
+        for (let i = 0; i < n; i++) {
+          const r = await fetch(`/serve/${id}/v1/completions`, {
+            method: "POST",
+            headers: { Authorization: `Bearer ${token}`, "Content-Type": "application/json" },
+            body: JSON.stringify({ prompt: `Once upon a time ${i}`, max_tokens: 8 }),
+          });
+          await r.text();
+          out.push(r.status);
+        }
+        return out;
+      },
+      { id: report.deploymentId, token, n: requests },
+    );
+
+    // the request-rate chart (the gateway writes its records in batches; the page refetches)
+    await page.getByRole("tab", { name: "Traffic" }).click();
+    for (let i = 0; i < 12 && !(await page.getByTestId("usage-rate").count()); i++) {
+      await page.waitForTimeout(2_500);
+      await page.reload();
+      await page.getByRole("tab", { name: "Traffic" }).click();
+      await page.getByTestId("usage-rate").or(page.getByTestId("usage-empty")).first().waitFor();
+    }
+    await page.getByTestId("usage-rate").locator("canvas").first().waitFor();
+    await page.getByTestId("usage-latency").locator("canvas").first().waitFor();
+    await page.getByTestId("usage-tokens").locator("canvas").first().waitFor();
+    await visit(page, "deployment-traffic", "en");
+    await page.getByRole("tab", { name: "Events" }).click();
+    await page.getByTestId("deployment-event").filter({ hasText: "replica_ready" }).first().waitFor();
+    report.events = await page.getByTestId("deployment-event").evaluateAll((els) => els.map((e) => e.dataset.kind));
+    await visit(page, "deployment-events", "en");
+    await page.goto(`${base}/deployments`);
+    await page.getByRole("link", { name: params.name }).waitFor();
+    await visit(page, "deployments", "en");
+
+    // Chinese, chosen in the page
+    await chooseOption(page, "lang-switch", "简体中文");
+    await page.getByRole("heading", { name: "模型部署", exact: true }).waitFor();
+    await visit(page, "deployments", "zh");
+    await page.goto(`${base}/deployments/${report.deploymentId}`);
+    await page.getByRole("tab", { name: "事件" }).waitFor();
+    await page.getByTestId("replica-job").first().waitFor();
+    await visit(page, "deployment", "zh");
+    await page.getByRole("tab", { name: "流量" }).click();
+    await page.getByTestId("usage-rate").locator("canvas").first().waitFor();
+    await visit(page, "deployment-traffic", "zh");
+    await page.goto(`${base}/deployments/new`);
+    await page.getByRole("heading", { name: "部署模型" }).waitFor();
+    await visit(page, "deploy", "zh");
+    await page.context().close();
+
+    // a viewer: the pages, no action
+    const viewer = await newPage(browser, "en");
+    await signIn(viewer, users.viewer);
+    await viewer.goto(`${base}/deployments`);
+    await viewer.getByRole("link", { name: params.name }).waitFor();
+    check((await viewer.getByTestId("deploy-button").count()) === 0, "a viewer sees Deploy");
+    await viewer.getByRole("link", { name: params.name }).click();
+    await viewer.getByTestId("replica-job").first().waitFor();
+    for (const id of ["scale-button", "version-button", "delete-button"])
+      check((await viewer.getByTestId(id).count()) === 0, `a viewer sees ${id}`);
+    await visit(viewer, "deployment-viewer", "en");
+    await viewer.getByRole("tab", { name: "Keys" }).click();
+    await viewer.getByText("e2e", { exact: true }).waitFor();
+    check((await viewer.getByTestId("key-create").count()) === 0, "a viewer sees New key");
+    check((await viewer.getByRole("button", { name: "Revoke" }).count()) === 0, "a viewer sees Revoke");
+    await viewer.goto(`${base}/deployments/new`);
+    await viewer.getByText("Your role in this tenant cannot deploy models.").waitFor();
+    check((await viewer.getByTestId("deploy-submit").count()) === 0, "a viewer sees the deploy form");
+    report.viewerOk = true;
   },
 
   // The tenant admin console, every section, and the catalogue pages, in both languages.

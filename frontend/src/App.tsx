@@ -19,6 +19,9 @@ const AdminPage = lazy(() => import("./pages/admin/Admin"));
 const ClustersPage = lazy(() => import("./pages/Clusters"));
 const DatasetsPage = lazy(() => import("./pages/Catalog").then((m) => ({ default: m.DatasetsPage })));
 const ModelsPage = lazy(() => import("./pages/Catalog").then((m) => ({ default: m.ModelsPage })));
+const DeploymentsPage = lazy(() => import("./pages/deployments/List"));
+const DeploymentPage = lazy(() => import("./pages/deployments/Detail"));
+const DeployPage = lazy(() => import("./pages/deployments/Deploy"));
 
 export function useProjects() {
   const { tenant } = useSession();
@@ -92,6 +95,7 @@ function Shell() {
     item("/logs", "nav.logs"),
     ...(can("dataset", "read") ? [item("/datasets", "nav.datasets")] : []),
     ...(can("model", "read") ? [item("/models", "nav.models")] : []),
+    ...(can("deployment", "read") ? [item("/deployments", "nav.deployments")] : []),
     item("/clusters", "nav.clusters"),
     {
       key: "admin",
@@ -109,7 +113,7 @@ function Shell() {
     },
   ];
   const selected =
-    ["/jobs/new", "/jobs", "/logs", "/datasets", "/models", "/clusters", "/console/members", "/console/invitations", "/console/projects", "/console/quotas",
+    ["/jobs/new", "/jobs", "/logs", "/datasets", "/models", "/deployments", "/clusters", "/console/members", "/console/invitations", "/console/projects", "/console/quotas",
       "/console/tokens", "/console/audit", "/console/signatures", "/console/webhooks"].find((p) => loc.pathname.startsWith(p)) ?? "/";
   const signOut = async () => {
     await api.POST("/api/v1/auth/logout");
@@ -154,6 +158,9 @@ function Shell() {
                 <Route path="/logs" element={<LogSearchPage />} />
                 <Route path="/datasets" element={<DatasetsPage />} />
                 <Route path="/models" element={<ModelsPage />} />
+                <Route path="/deployments" element={<DeploymentsPage />} />
+                <Route path="/deployments/new" element={<DeployPage />} />
+                <Route path="/deployments/:id" element={<DeploymentPage />} />
                 <Route path="/clusters" element={<ClustersPage />} />
                 <Route path="/invitations/accept" element={<InviteAcceptPage />} />
                 <Route path="/console/:section" element={<AdminPage />} />

@@ -31,6 +31,12 @@ describe("job spec", () => {
     expect(back.launcher).toBe("torchrun");
   });
 
+  it("names a cluster only when one is chosen", () => {
+    expect(toSpec({ name: "a", kind: "training", command: "true", cluster: "local-k8s" }).cluster).toBe("local-k8s");
+    expect("cluster" in toSpec({ name: "a", kind: "training", command: "true", cluster: "" })).toBe(false);
+    expect(fromSpec({ name: "a", command: "true", cluster: "local-k8s" } as never).cluster).toBe("local-k8s");
+  });
+
   it("keeps a one-line command a shell string", () => {
     expect(toSpec({ name: "a", kind: "training", command: "echo hi && sleep 1" }).command).toBe("echo hi && sleep 1");
   });

@@ -7,6 +7,7 @@ export type FormValues = {
   name: string;
   project?: string;
   kind: "training" | "inference" | string;
+  cluster?: string; // empty: the project's, the tenant's or the platform's default
   command: string; // one argument per line, or one shell line
   working_dir?: string;
   env?: string; // KEY=value per line
@@ -73,6 +74,7 @@ export function toSpec(v: FormValues): JobSpec {
     project: v.project,
     name: v.name,
     kind: v.kind as JobSpec["kind"],
+    cluster: v.cluster,
     command: lines.length === 1 ? lines[0] : lines,
     working_dir: v.working_dir,
     env: parsePairs(v.env),
@@ -107,6 +109,7 @@ export function fromSpec(spec: Partial<JobSpec> & Record<string, unknown>): Form
     name: String(spec.name ?? ""),
     project: spec.project as string | undefined,
     kind: String(spec.kind ?? "training"),
+    cluster: (spec.cluster as string | undefined) ?? undefined,
     command: Array.isArray(spec.command) ? spec.command.join("\n") : String(spec.command ?? ""),
     working_dir: spec.working_dir as string | undefined,
     env: pairs(spec.env),

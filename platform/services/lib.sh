@@ -24,6 +24,8 @@
 #   torus_apt_install PKG...         apt-get install only the missing packages
 #   torus_service_dir NAME USER [quiet]  print a data dir USER can reach (see below)
 #   torus_host_dir                   print /var/lib/torus/<hash of TORUS_VAR_DIR>
+#   torus_go LABEL OVERRIDE CACHE    print a Go >= 1.21 to build with (fetched into CACHE
+#                                    from the Go module proxy when there is none)
 #   torus_as_user USER CMD...        run CMD as USER (runuser), from cwd /
 #   torus_detach CMD...              run CMD (a daemon launcher) with fds > 2 closed,
 #                                    stdin /dev/null, cwd /
@@ -175,6 +177,70 @@ torus_apt_install() {
   local apt=(apt-get -q -y -o DPkg::Lock::Timeout=300)
   DEBIAN_FRONTEND=noninteractive "${apt[@]}" update >&2
   DEBIAN_FRONTEND=noninteractive "${apt[@]}" install --no-install-recommends "${missing[@]}" >&2
+}
+
+# Without a Go >= 1.21 here, the toolchain itself comes from the Go module proxy (the
+# golang.org/toolchain module, as GOTOOLCHAIN=auto fetches it), checked against these hashes.
+TORUS_GO_BOOTSTRAP=go1.25.14
+declare -A TORUS_GO_SHA256=(
+  [amd64]=1bb543a7745d4c6e045a1bfdb4c4d5a0b05b71ee8b8ff72c0a351598b26991a4
+  [arm64]=eee0803776a2a3d42f0620d7b0156277350debb5d39c99a9b61c8b12108fd92c
+)
+
+torus_go_usable() { # a Go that can switch toolchains (1.21+)
+  local version
+  [[ -x $1 ]] || return 1
+  version=$("$1" env GOVERSION 2>/dev/null) || return 1
+  [[ $version =~ ^go1\.([0-9]+) ]] && ((BASH_REMATCH[1] >= 21))
+}
+
+# torus_go_bootstrap LABEL CACHE : fetch $TORUS_GO_BOOTSTRAP into CACHE once; print its go.
+torus_go_bootstrap() {
+  local label=$1 cache=$2 arch dir url zip
+  case $(uname -m) in
+    x86_64) arch=amd64 ;;
+    aarch64) arch=arm64 ;;
+    *) torus_die "$label: no Go toolchain for $(uname -m); install Go >= 1.21 and name it" ;;
+  esac
+  dir=$cache/$TORUS_GO_BOOTSTRAP.linux-$arch
+  if [[ ! -x $dir/bin/go ]]; then
+    command -v unzip >/dev/null || torus_apt_install unzip
+    url=${GOPROXY:-https://proxy.golang.org}
+    url=${url%%[,|]*}/golang.org/toolchain/@v/v0.0.1-$TORUS_GO_BOOTSTRAP.linux-$arch.zip
+    zip=$dir.zip
+    mkdir -p "${dir%/*}"
+    torus_log "$label: no Go >= 1.21 here; fetching $TORUS_GO_BOOTSTRAP from the Go module proxy"
+    curl -fsS --retry 3 -o "$zip" "$url" || torus_die "$label: could not fetch $url"
+    if [[ $(sha256sum "$zip" | cut -d' ' -f1) != "${TORUS_GO_SHA256[$arch]}" ]]; then
+      rm -f "$zip"
+      torus_die "$label: $url does not have the expected SHA-256"
+    fi
+    rm -rf "$dir.unzip" "$dir"
+    unzip -q "$zip" -d "$dir.unzip"
+    mv "$dir.unzip/golang.org/toolchain@v0.0.1-$TORUS_GO_BOOTSTRAP.linux-$arch" "$dir"
+    rm -rf "$dir.unzip" "$zip"
+  fi
+  printf '%s\n' "$dir/bin/go"
+}
+
+# torus_go LABEL OVERRIDE CACHE : the go to build with (it fetches the toolchain a module
+# asks for, GOTOOLCHAIN=auto): OVERRIDE if set (a path, or `bootstrap` to force the
+# download), else one on PATH or in /usr/local/go if 1.21+, else the bootstrapped one.
+torus_go() {
+  local label=$1 override=$2 cache=$3 go
+  case $override in
+    bootstrap) torus_go_bootstrap "$label" "$cache"; return ;;
+    '') ;;
+    *) torus_go_usable "$override" || torus_die "$label: $override is not a Go >= 1.21"
+       printf '%s\n' "$override"; return ;;
+  esac
+  for go in "$(command -v go || true)" /usr/local/go/bin/go; do
+    if [[ -n $go ]] && torus_go_usable "$go"; then
+      printf '%s\n' "$go"
+      return 0
+    fi
+  done
+  torus_go_bootstrap "$label" "$cache"
 }
 
 torus_host_dir() {
@@ -331,11 +397,11 @@ torus_available_components() {
 }
 
 # torus_components NAME... : sets the array TORUS_COMPONENTS to the arguments, or else
-# to ${TORUS_SERVICES:-firewall ldap postgres redis elasticsearch s3 slurm}; dies on a name without a script.
+# to ${TORUS_SERVICES:-firewall ldap postgres redis elasticsearch s3 slurm kubernetes}; dies on a name without a script.
 torus_components() {
   local names=("$@") name available
   if ((${#names[@]} == 0)); then
-    read -r -a names <<<"${TORUS_SERVICES:-firewall ldap postgres redis elasticsearch s3 slurm}"
+    read -r -a names <<<"${TORUS_SERVICES:-firewall ldap postgres redis elasticsearch s3 slurm kubernetes}"
   fi
   for name in "${names[@]}"; do
     if [[ ! $name =~ ^[a-z0-9][a-z0-9_-]*$ || ! -x $TORUS_SERVICES_DIR/components/$name ]]; then

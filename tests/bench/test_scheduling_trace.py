@@ -9,6 +9,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from _scheduling_trace import (
     TraceJob,
+    allocation_bound,
+    allocation_while_waiting,
     busiest_window,
     phase_metrics,
     replay_plan,
@@ -42,6 +44,7 @@ def test_the_plan_compresses_caps_and_splits_big_jobs():
         (5.0, 10.0, 2, 8),
     ]
     assert info["replay_seconds"] == 10.0
+    assert info["jct_floor_s"] == 10.0  # the mean duration
     assert info["offered_load"] == pytest.approx((10 + 16 * 10) / (32 * 10), abs=1e-3)
 
 
@@ -62,3 +65,34 @@ def test_phase_metrics():
     assert m["gpu_allocation"] == pytest.approx((4 * 10 + 4 * 10) / (8 * 40))
     assert m["jct_mean_s"] == 15.0
     assert m["queue_delay_p95_s"] == 10.0
+
+
+def test_allocation_bound_is_set_by_the_last_long_job():
+    plan, _ = replay_plan(
+        [TraceJob("x", 0, 3600, 8), TraceJob("y", 1800, 3600, 8)],
+        cluster="c", window_start=0, window_hours=1, compression=720, load=1,
+        keep_fraction=1.0, node_gpus=8, nodes=2, cap_hours=1, prefix="",
+    )  # fmt: skip
+    # 16 GPUs: x runs 0-5 s, y 2.5-7.5 s at best; 80 GPU-seconds over 16 x 7.5
+    assert allocation_bound(plan, capacity=16) == pytest.approx(80 / (16 * 7.5), abs=1e-3)
+    # 8 GPUs: the work itself (10 s of the whole cluster) is the shortest makespan
+    assert allocation_bound(plan, capacity=8) == 1.0
+
+
+def test_allocation_while_waiting_counts_only_seconds_with_a_job_queued():
+    plan, _ = replay_plan(
+        [TraceJob("x", 0, 7200, 4), TraceJob("y", 0, 7200, 4), TraceJob("z", 0, 7200, 8)],
+        cluster="c", window_start=0, window_hours=1, compression=720, load=1,
+        keep_fraction=1.0, node_gpus=8, nodes=1, cap_hours=2, prefix="",
+    )  # fmt: skip
+    # x runs 100-110 s; y waits 100-105 then runs 105-115; z waits 100-115, runs 115-125
+    runs = {0: (100.0, 100.0, 110.0), 1: (100.0, 105.0, 115.0), 2: (100.0, 115.0, 125.0)}
+    busy, span = allocation_while_waiting(plan, runs, capacity=8, deadline=200.0)
+    assert span == 15.0  # 100-115: z queued
+    assert busy == pytest.approx((4 * 5 + 8 * 5 + 4 * 5) / (8 * 15), abs=1e-3)
+    m = phase_metrics(plan, runs, capacity=8, t0=100.0, deadline=200.0, scale=0.2)
+    assert (m["gpu_allocation_while_waiting"], m["waiting_s"]) == (busy, span)
+    # a job that never starts waits until the deadline, with the GPUs idle
+    busy, span = allocation_while_waiting(plan, {0: (100.0, None, None)}, capacity=8,
+                                          deadline=120.0)  # fmt: skip
+    assert (busy, span) == (0.0, 20.0)

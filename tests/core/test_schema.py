@@ -28,6 +28,7 @@ def test_every_api_route_is_in_the_schema(schema):
     # a value each URL parameter accepts, and the name the schema gives it
     values = {"pk": (zero, "{id}"), "dataset_pk": (zero, "{dataset_pk}")}
     values["number"] = ("987654", "{number}")
+    values["key_id"] = ("11111111-1111-1111-1111-111111111111", "{key_id}")
     for name, params in api_routes().items():
         fill = {p: values.get(p, (f"zz{p}zz", f"{{{p}}}")) for p in params}
         template = reverse(name, kwargs={p: value for p, (value, _) in fill.items()})

@@ -14,6 +14,7 @@ from django.core.management import call_command
 
 from tests.jobs.conftest import control_loop, slurm_cluster  # noqa: F401  (fixtures)
 from tests.logs.conftest import es, shipper_loop  # noqa: F401  (fixtures)
+from tests.registry.conftest import models_area  # noqa: F401  (fixtures)
 
 FRONTEND = Path(settings.BASE_DIR) / "frontend"
 # Screenshots of the main pages in both languages, for people to review (git ignores it).

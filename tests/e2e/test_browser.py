@@ -1,8 +1,11 @@
 """The UI end to end in headless Chromium against the real backend (conftest.py): sign in,
 submit from the form, live log lines, success, loss curve, log search; the viewer's missing
-actions; the admin console; every main page in English and Chinese, screenshotted and
-checked with axe-core (no serious or critical violation)."""
+actions; a waiting job started by a raised quota, seen live in an untouched jobs list; an
+interrupted dataset upload resumed; the admin console; every main page and the dataset and
+model panels in English and Chinese, screenshotted and checked with axe-core (no serious or
+critical violation)."""
 
+import hashlib
 import uuid
 
 import pytest
@@ -45,9 +48,17 @@ def test_researcher_submits_follows_and_finds_a_job(
 
 
 def test_viewer_sees_no_action_they_may_not_take(browser_params, acme):
+    from apps.jobs.models import JobAttempt
+    from apps.logs.models import FailureSignature, SignatureMatch
+
     job = make_job(project=acme.project, user=acme.users[Role.MEMBER], state="FAILED")
-    seen = run_browser("viewer", {**browser_params, "jobId": str(job.pk)})
+    # its failed attempt matched a signature (the row apps/logs/signatures.py writes)
+    attempt = JobAttempt.objects.create(job=job, number=1, state="FAILED")
+    oom = FailureSignature.objects.create(tenant=acme.tenant, name="oom", query="CUDA")
+    SignatureMatch.objects.create(signature=oom, job=job, attempt=attempt, lines=1)
+    seen = run_browser("viewer", {**browser_params, "jobId": str(job.pk), "signature": "oom"})
     assert seen["viewerOk"]
+    assert seen["tagFilter"] == "oom" and "jobs-tagged.en" in seen["pages"]
 
 
 def test_admin_raises_a_quota_and_the_waiting_job_starts(
@@ -67,6 +78,9 @@ def test_admin_raises_a_quota_and_the_waiting_job_starts(
     job_id = response.json()["id"]
     seen = run_browser("quota", {**browser_params, "jobId": job_id})
     assert "0 of 0 jobs running" in seen["waitingSaid"]
+    # the untouched list tab learnt it over /ws/tenants/{id}/jobs/: no poll, a refetch per burst
+    assert seen["listStateAfter"] in {"QUEUED", "SUBMITTED", "RUNNING", "SUCCEEDED"}
+    assert 1 <= seen["listRefetches"] <= 6
     quota.refresh_from_db()
     assert quota.running_jobs == 1
     assert Job.objects.get(pk=job_id).state in {"SUBMITTED", "RUNNING", "SUCCEEDED"}
@@ -77,3 +91,46 @@ def test_admin_console_and_catalogue_in_both_languages(browser_params):
     sections = ("members", "invitations", "projects", "quotas", "tokens", "audit", "signatures")
     pages = {f"admin-{s}" for s in sections} | {"datasets", "models", "clusters"}
     assert {f"{page}.{lang}" for page in pages for lang in ("en", "zh")} <= set(seen["pages"])
+
+
+def test_an_interrupted_upload_resumes_and_the_catalogue_panels_pass_axe(
+    browser_params, acme, models_area, tmp_path
+):
+    """The connection drops after the first 8 MiB chunk (the browser aborts the rest): the
+    upload stops uncommitted; after a reload the same file resumes at the server's offset."""
+    from apps.datasets.models import DatasetFile, DatasetVersion
+    from apps.datasets.tasks import project_storage_ensure
+    from tests.conftest import bearer_client
+
+    project_storage_ensure(str(acme.project.pk))
+    member = bearer_client(acme.tokens[Role.MEMBER])
+    dataset = member.post(
+        "/api/v1/datasets/", {"project": str(acme.project.id), "name": "images"}, format="json"
+    )
+    assert dataset.status_code == 201, dataset.content
+    model = member.post(
+        "/api/v1/models/", {"project": str(acme.project.id), "name": "resnet"}, format="json"
+    ).json()
+    number = member.post(f"/api/v1/models/{model['id']}/versions/", {}, format="json").json()
+    url = f"/api/v1/models/{model['id']}/versions/{number['number']}"
+    put = member.put(f"{url}/files/w.bin/?offset=0", b"w", content_type="application/octet-stream")
+    assert put.status_code == 200, put.content
+    assert member.post(f"{url}/commit/").status_code == 200
+
+    data = hashlib.shake_256(b"torus e2e upload").digest(20 * 1024 * 1024 + 123)
+    upload = tmp_path / "big.bin"
+    upload.write_bytes(data)
+    seen = run_browser("catalogue", {**browser_params, "uploadFile": str(upload)}, timeout=400)
+
+    assert "Failed to fetch" in seen["stopped"] or "fetch" in seen["stopped"].lower()
+    offsets = [int(o) for o in seen["resumedOffsets"]]
+    assert offsets and offsets[0] == 8 * 1024 * 1024  # resumed where the server's copy ended
+    assert 0 not in offsets  # nothing sent twice
+    version = DatasetVersion.objects.get(dataset_id=dataset.json()["id"])  # the same, one
+    assert version.state == "committed" and version.number == 1
+    stored = DatasetFile.objects.get(version=version)
+    assert (stored.path, stored.size) == ("big.bin", len(data))
+    assert stored.sha256 == hashlib.sha256(data).hexdigest()
+    for panel in ("dataset-panel", "model-panel"):
+        assert {f"{panel}.en", f"{panel}.zh"} <= set(seen["pages"])
+    assert "dataset-panel-unfinished.en" in seen["pages"]

@@ -63,6 +63,7 @@ SBATCH_OPTIONS = {
     "uid",
     "gid",
     "account",
+    "nice",
 }
 JOB_KEYS = {
     "name",
@@ -81,6 +82,7 @@ JOB_KEYS = {
     "partition",
     "gres",
     "account",
+    "nice",
 }
 IDENTITY = JobIdentity(user="alice", uid=200001, gid=300002, tenant_gid=300001, account="p-t_p")
 

@@ -11,7 +11,9 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db import connection
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 from elasticsearch import helpers
 from rest_framework.test import APIClient
 
@@ -427,3 +429,28 @@ def test_histogram_of_a_tenant_without_logs_is_empty():
     for params in ({"histogram": "1"}, {"histogram": "1", "since": T0.isoformat()}):
         body = get(world, SEARCH, params)
         assert body["total"] == 0 and body["hits"] == [] and body["histogram"] == []
+
+
+def test_a_search_by_token_costs_no_sql_beyond_the_objects_it_names(logs):
+    """Query-count baselines: the token (with its tenant's slug, the index pattern) comes
+    from the process's token cache; only a named project, job or attempt is read (visible
+    to the caller, and its tenant)."""
+    a = logs["a"]
+    client = a.client(Role.VIEWER)
+    assert client.get(SEARCH, {"q": "nccl"}).status_code == 200  # the token, read once
+    for params, statements in (
+        ({"q": "nccl"}, 0),
+        ({"q": "nccl", "histogram": "1"}, 0),
+        ({"level": "ERROR", "size": 2}, 0),
+        ({"q": "nccl", "project": str(a.project.id)}, 1),
+        ({"job": str(logs["train"].id)}, 1),
+        ({"attempt": str(logs["t1"].id), "stream": "stderr"}, 1),
+    ):
+        with CaptureQueriesContext(connection) as captured:
+            response = client.get(SEARCH, params)
+        assert response.status_code == 200, response.content
+        assert len(captured) == statements, [q["sql"] for q in captured.captured_queries]
+    assert ids_of(get(a, SEARCH, {"q": "nccl"})) == {
+        logs["ids"]["t1_out"][2],
+        logs["ids"]["e1_out"][1],
+    }

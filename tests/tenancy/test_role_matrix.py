@@ -53,6 +53,10 @@ def _request(world, role, resource, action, cluster=None):
         from tests.registry.matrix import request_registry
 
         return request_registry(world, role, resource, action)
+    if resource == "deployment":
+        from tests.serving.matrix import request_serving
+
+        return request_serving(world, role, resource, action)
     if resource == "dataset":
         from tests.datasets.matrix import request_datasets
 
@@ -174,6 +178,7 @@ def test_matrix_covers_every_resource_and_verb():
         "model",
         "lineage",
         "webhook",
+        "deployment",
     }
 
 

@@ -14,6 +14,7 @@ from apps.jobs.models import Job, JobEvent
 from apps.logs.models import FailureSignature
 from apps.quotas.models import Quota
 from apps.registry.models import ModelVersion, RegisteredModel, Webhook
+from apps.serving.models import Deployment
 from apps.tenancy.models import (
     AccessToken,
     AuditEvent,
@@ -34,7 +35,12 @@ METHODS = ["get", "post", "put", "patch", "delete"]
 
 PARAM_RE = re.compile(r"\(\?P<(\w+)>|<(?:\w+:)?(\w+)>")
 # Values for the URL parameters that are not the object's own key.
-PARAM_VALUES = {"number": 1, "path": "model.bin", "alias": "production"}
+PARAM_VALUES = {
+    "number": 1,
+    "path": "model.bin",
+    "alias": "production",
+    "key_id": "11111111-1111-1111-1111-111111111111",
+}
 
 
 def api_route_names() -> list[tuple[str, bool]]:
@@ -88,8 +94,18 @@ def acme_objects(acme, cluster) -> dict:
     dataset = Dataset.objects.create(tenant=acme.tenant, project=acme.project, name="acme-data")
     dataset_version = DatasetVersion.objects.create(dataset=dataset, number=1)
     model = RegisteredModel.objects.create(tenant=acme.tenant, project=acme.project, name="acme-m")
-    ModelVersion.objects.create(model=model, number=1)
+    version = ModelVersion.objects.create(model=model, number=1)
+    deployment = Deployment.objects.create(
+        tenant=acme.tenant,
+        project=acme.project,
+        name="acme-serve",
+        model=model,
+        ref="acme-m:1",
+        version=version,
+        created_by=acme.users[Role.MEMBER],
+    )
     return {
+        "deployment": deployment,
         "dataset": dataset,
         "dataset-version": dataset_version,
         "lineage-dataset": dataset_version,
@@ -151,6 +167,7 @@ def acme_state(acme) -> list:
         RegisteredModel,
         ModelVersion,
         Webhook,
+        Deployment,
     ):
         path = model.tenant_path
         rows += list(model.objects.filter(**{path: acme.tenant.id}).order_by("pk").values())
@@ -242,6 +259,11 @@ CREATE_BODIES = {
     },
     "dataset-list": lambda acme: {"project": str(acme.project.pk), "name": "intruder"},
     "model-list": lambda acme: {"project": str(acme.project.pk), "name": "intruder"},
+    "deployment-list": lambda acme: {
+        "project": str(acme.project.pk),
+        "name": "intruder",
+        "model": "acme-m:1",
+    },
     "project-member-list": lambda acme: {
         "project": str(acme.project.pk),
         "user": acme.users[Role.VIEWER].username,
@@ -270,6 +292,10 @@ def test_other_tenant_gets_404_when_a_write_names_acme(acme, globex, cluster):
         if name == "invitation-accept":  # names no tenant: the token does, and binds a person
             response = intruder.post(reverse(name), {"token": "tinv_route-walk"}, format="json")
             assert response.status_code == 403, response.content
+            continue
+        if name == "fit":  # names no tenant: an estimate from the body alone, nothing stored
+            response = intruder.post(reverse(name), {}, format="json")
+            assert response.status_code == 400, response.content
             continue
         body = CREATE_BODIES.get(name, lambda a, n=name: _tenant_body(n, a))(acme)
         response = intruder.post(reverse(name), body, format="json")

@@ -5,6 +5,7 @@ import logging
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db.models import ProtectedError
 from django.http import Http404, JsonResponse
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -85,6 +86,13 @@ def _first_message(value) -> str:
     return str(value)
 
 
+def _in_use(exc: ProtectedError) -> str:
+    """'Still in use by deployment tiny, ...': what must go first, by name."""
+    names = sorted({f"{obj._meta.verbose_name} {obj}" for obj in exc.protected_objects})
+    more = f" and {len(names) - 5} more" if len(names) > 5 else ""
+    return f"Still in use by {', '.join(names[:5])}{more}: remove those first."
+
+
 def exception_handler(exc, context):
     if isinstance(exc, DjangoValidationError):
         detail = (
@@ -99,6 +107,8 @@ def exception_handler(exc, context):
         exc = exceptions.PermissionDenied(str(exc) or None)
     elif isinstance(exc, Conflict):
         exc = ConflictError(str(exc) or None)
+    elif isinstance(exc, ProtectedError):  # e.g. a model a deployment still serves
+        exc = ConflictError(_in_use(exc))
     elif isinstance(exc, Unavailable):
         logger.warning("unavailable: %s", exc)
         body = error_body(503, exc.message, code=exc.code)

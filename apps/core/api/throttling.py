@@ -40,17 +40,31 @@ class RedisWindowThrottle(SimpleRateThrottle):
         self.key = self.get_cache_key(request, view)
         if self.key is None:
             return True
-        global _script
+        early = getattr(request, "_torus_window", None)
+        if early is not None and early[0] == self.key:  # counted with the token's lookup
+            _, self.now, result = early
+            return self._take(result)
         client = cache._cache.get_client(write=True)
+        return self._take(self._queue(client, cache))
+
+    def _queue(self, client, cache, *, pipeline=None):
+        """The script's result, or (with `pipeline`) its call queued there: by its sha alone,
+        as a pipeline given the script would first ask Redis whether it has it (one more
+        round trip). A Redis without it fails that pipeline; the script is then loaded by
+        allow_request's own call."""
+        global _script
         if _script is None:
             _script = client.register_script(_SLIDING_WINDOW)
         self.now = self.timer()
+        keys = [cache.make_and_validate_key(f"{self.key}:z")]  # not the pickled list's key
         member = f"{self.now!r}:{os.urandom(4).hex()}"
-        allowed, self._count, oldest = _script(
-            keys=[cache.make_and_validate_key(f"{self.key}:z")],  # not the pickled list's key
-            args=[repr(self.now), self.duration, self.num_requests, member],
-            client=client,
-        )
+        args = [repr(self.now), self.duration, self.num_requests, member]
+        if pipeline is not None:
+            return pipeline.evalsha(_script.sha, len(keys), *keys, *args)
+        return _script(keys=keys, args=args, client=client)
+
+    def _take(self, result) -> bool:
+        allowed, self._count, oldest = result
         self._oldest = float(oldest) if not allowed else self.now
         return bool(allowed)
 
@@ -72,6 +86,23 @@ class PrincipalRateThrottle(RedisWindowThrottle):
         token = getattr(request, "auth", None)
         ident = f"token:{token.pk}" if getattr(token, "pk", None) else f"user:{user.pk}"
         return self.cache_format % {"scope": self.scope, "ident": ident}
+
+    @classmethod
+    def prefetch(cls, request, pipeline, token_pk):
+        """Queue this token's window on `pipeline` (the token cache's round trip to Redis);
+        the function returned keeps the result on the request for allow_request. The
+        request counts even if a permission then refuses it."""
+        throttle = cls()
+        cache = caches[DEFAULT_CACHE_ALIAS]
+        if throttle.rate is None or not isinstance(cache, RedisCache):
+            return None
+        throttle.key = throttle.cache_format % {"scope": cls.scope, "ident": f"token:{token_pk}"}
+        throttle._queue(cache._cache.get_client(write=True), cache, pipeline=pipeline)
+
+        def done(results) -> None:
+            request._torus_window = (throttle.key, throttle.now, results[0])
+
+        return done
 
 
 class AnonymousRateThrottle(RedisWindowThrottle):

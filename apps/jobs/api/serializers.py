@@ -86,6 +86,14 @@ class JobSerializer(serializers.ModelSerializer):
     project_slug = serializers.CharField(source="project.slug", read_only=True)
     user = serializers.CharField(source="user.username", read_only=True)
     cluster = serializers.CharField(source="cluster.name", default=None, read_only=True)
+    # annotated by the list (JobViewSet.get_queryset, one subquery); a job just created has none
+    signatures = serializers.ListField(
+        child=serializers.CharField(),
+        source="signature_names",
+        default=list,
+        read_only=True,
+        help_text="Failure signatures its failed attempts matched, by name.",
+    )
 
     class Meta:
         model = Job
@@ -115,6 +123,7 @@ class JobSerializer(serializers.ModelSerializer):
             "admitted_at",
             "started_at",
             "finished_at",
+            "signatures",
         ]
         read_only_fields = fields
 
@@ -126,7 +135,7 @@ class JobDetailSerializer(JobSerializer):
     events = JobEventSerializer(many=True, read_only=True)
 
     class Meta(JobSerializer.Meta):
-        fields = [*JobSerializer.Meta.fields, "spec", "attempts", "events", "signatures"]
+        fields = [*JobSerializer.Meta.fields, "spec", "attempts", "events"]
         read_only_fields = fields
 
     def get_signatures(self, obj) -> list[str]:

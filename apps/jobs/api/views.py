@@ -1,5 +1,7 @@
 """Job endpoints: submit (JSON or YAML), list with filters, detail, cancel, restart."""
 
+from django.contrib.postgres.expressions import ArraySubquery
+from django.db.models import OuterRef
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status
@@ -9,8 +11,10 @@ from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
 
 from apps.core.api.parsers import YAMLParser
+from apps.core.api.validation import validated
 from apps.core.api.views import TenantScopedViewSet
 from apps.jobs import services
+from apps.jobs.api import render
 from apps.jobs.api.filters import JobFilter
 from apps.jobs.api.serializers import (
     JobBatchResultSerializer,
@@ -26,6 +30,7 @@ from apps.jobs.api.serializers import (
 from apps.jobs.models import Job
 from apps.jobs.selectors import node_cache_summary, read_log_chunk
 from apps.jobs.spec import JobSpecSerializer
+from apps.logs.models import SignatureMatch
 from apps.logs.selectors import job_metric_series
 
 
@@ -47,6 +52,14 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedV
                 "attempts__model_version__model",
                 "events__attempt",
             )
+        elif self.action == "list":  # the failure signatures as tags: a subquery, not N+1
+            names = (
+                SignatureMatch.objects.filter(job_id=OuterRef("pk"))
+                .values_list("signature__name", flat=True)
+                .distinct()
+                .order_by("signature__name")
+            )
+            queryset = queryset.annotate(signature_names=ArraySubquery(names))
         return queryset
 
     def get_serializer_class(self):
@@ -54,12 +67,15 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedV
 
     @extend_schema(request=JobSpecSerializer, responses={201: JobDetailSerializer})
     def create(self, request, *args, **kwargs):
-        spec = JobSpecSerializer(data=request.data)
-        spec.is_valid(raise_exception=True)
-        job = services.job_submit(
-            actor=self.actor, project=self.write_scope, spec=dict(spec.validated_data)
-        )
-        return Response(JobDetailSerializer(job).data, status=status.HTTP_201_CREATED)
+        spec = validated(JobSpecSerializer, request.data)  # one serializer a thread
+        (submitted,) = services.jobs_create(actor=self.actor, items=[(self.write_scope, spec)])
+        if submitted.current:  # as written: rendered from memory (render.py)
+            body = render.job_detail(
+                submitted.job, attempts=submitted.attempts, events=submitted.events
+            )
+        else:
+            body = JobDetailSerializer(submitted.job).data
+        return Response(body, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=JobBatchSerializer, responses={201: JobBatchResultSerializer})
     @action(detail=False, methods=["post"], policy_action="create", scope_items="jobs")
@@ -69,20 +85,20 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedV
         envelope.is_valid(raise_exception=True)
         specs, errors = [], {}
         for index, item in enumerate(envelope.validated_data["jobs"]):
-            spec = JobSpecSerializer(data=item)
-            if spec.is_valid():
-                specs.append(dict(spec.validated_data))
-            else:
-                errors[str(index)] = spec.errors
+            try:
+                specs.append(validated(JobSpecSerializer, item))
+            except DRFValidationError as exc:
+                errors[str(index)] = exc.detail
         if errors:
             raise DRFValidationError({"jobs": errors})
         projects = {project.pk: project for project in self.write_scopes}
-        jobs = services.job_submit_many(
+        submitted = services.jobs_create(
             actor=self.actor, items=[(projects[spec["project"]], spec) for spec in specs]
         )
-        return Response(
-            {"results": JobSerializer(jobs, many=True).data}, status=status.HTTP_201_CREATED
-        )
+        results = [
+            render.job_row(s.job) if s.current else JobSerializer(s.job).data for s in submitted
+        ]
+        return Response({"results": results}, status=status.HTTP_201_CREATED)
 
     @extend_schema(
         parameters=[OpenApiParameter("node", OpenApiTypes.STR)],

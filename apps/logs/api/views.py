@@ -7,6 +7,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.core.api.schema import ErrorSerializer
+from apps.core.api.validation import validated
 from apps.logs.api.serializers import (
     LogContextQuerySerializer,
     LogContextSerializer,
@@ -42,9 +43,7 @@ class LogSearchView(APIView):
         responses={200: LogSearchResultSerializer, 503: UNAVAILABLE_RESPONSE},
     )
     def get(self, request):
-        params = LogSearchQuerySerializer(data=present(request.query_params))
-        params.is_valid(raise_exception=True)
-        data = params.validated_data
+        data = validated(LogSearchQuerySerializer, present(request.query_params))
         try:
             result = log_search(
                 actor=actor_for(request),

@@ -1,5 +1,7 @@
 """Registry serializers: validate shapes here; the services validate meaning."""
 
+from django.contrib.postgres.expressions import ArraySubquery
+from django.db.models import OuterRef
 from django.utils import timezone
 from rest_framework import serializers
 
@@ -46,7 +48,18 @@ class RegisteredModelSerializer(StrictModelSerializer):
     def get_aliases(self, obj) -> dict[str, int]:
         if "model_aliases" in self.context:  # a page of models: looked up at once
             return self.context["model_aliases"].get(obj.pk, {})
+        if hasattr(obj, "alias_names"):  # read with the model (with_aliases)
+            return dict(zip(obj.alias_names, obj.alias_numbers, strict=True))
         return dict(obj.aliases.order_by("name").values_list("name", "version__number"))
+
+    @staticmethod
+    def with_aliases(models):
+        """`models` (a queryset) with each one's aliases read in the same query."""
+        aliases = ModelAlias.objects.filter(model=OuterRef("pk")).order_by("name")
+        return models.annotate(
+            alias_names=ArraySubquery(aliases.values("name")),
+            alias_numbers=ArraySubquery(aliases.values("version__number")),
+        )
 
     @staticmethod
     def page_context(models) -> dict:
@@ -136,6 +149,70 @@ class ModelVersionSerializer(serializers.ModelSerializer):
         return {"aliases": aliases, "dataset_versions": datasets}
 
     HEAVY = ("card", "metrics", "params")  # left out of a listing unless asked for
+
+    # A listing reads these columns as plain values (no model instances), with each
+    # version's alias names and dataset version ids aggregated in the same query.
+    LISTED = (
+        "id",
+        "model_id",
+        "number",
+        "state",
+        "stage",
+        "storage",
+        "framework",
+        "description",
+        "tags",
+        "source_job_id",
+        "source_attempt_id",
+        "file_count",
+        "size_bytes",
+        "manifest_sha256",
+        "error",
+        "created_at",
+        "ready_at",
+    )
+
+    @classmethod
+    def listing(cls, rows, *, full: bool):
+        """`rows` (a queryset of versions) as dicts for `listing_row`: one query a page."""
+        aliases = ModelAlias.objects.filter(version=OuterRef("pk")).order_by("name")
+        through = ModelVersion.dataset_versions.through.objects
+        datasets = through.filter(modelversion=OuterRef("pk")).order_by("pk")
+        fields = [*cls.LISTED, "created_by__username", *(cls.HEAVY if full else ())]
+        return rows.annotate(
+            alias_names=ArraySubquery(aliases.values("name")),
+            dataset_version_ids=ArraySubquery(datasets.values("datasetversion_id")),
+        ).values(*fields, "alias_names", "dataset_version_ids")
+
+    @classmethod
+    def listing_row(cls, v: dict, *, model_name: str, full: bool) -> dict:
+        """What to_representation renders, from a `listing` row."""
+        row = {
+            "id": str(v["id"]),
+            "model": str(v["model_id"]),
+            "model_name": model_name,
+            "number": v["number"],
+            "state": v["state"],
+            "stage": v["stage"],
+            "storage": v["storage"],
+            "framework": v["framework"],
+            "description": v["description"],
+            "tags": v["tags"],
+            "aliases": v["alias_names"],
+            "source_job": str(v["source_job_id"]) if v["source_job_id"] else None,
+            "source_attempt": str(v["source_attempt_id"]) if v["source_attempt_id"] else None,
+            "dataset_versions": [str(pk) for pk in v["dataset_version_ids"]],
+            "file_count": v["file_count"],
+            "size_bytes": v["size_bytes"],
+            "manifest_sha256": v["manifest_sha256"],
+            "error": v["error"],
+            "created_by": v["created_by__username"],
+            "created_at": _iso(v["created_at"]),
+            "ready_at": _iso(v["ready_at"]),
+        }
+        if full:
+            row.update(card=v["card"], metrics=v["metrics"], params=v["params"])
+        return row
 
     def to_representation(self, obj) -> dict:
         """The fields above, built directly: DRF's field-by-field rendering costs more than

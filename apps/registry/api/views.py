@@ -13,6 +13,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serial
 from rest_framework import mixins, serializers, status
 from rest_framework.decorators import action
 from rest_framework.parsers import JSONParser, MultiPartParser
+from rest_framework.permissions import SAFE_METHODS
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -39,6 +40,10 @@ from apps.registry.models import ModelVersion, RegisteredModel, VersionState, We
 from apps.tenancy.access import actor_for
 
 VERSION = r"versions/(?P<number>[0-9]{1,9})"
+WEBHOOK_EVENTS = {"versions", "commit", "alias"}  # actions that may tell the webhooks
+# routes that use the model's own row and its project (for the role rule), not its tenant's
+# row or its creator: a smaller query to build and read
+PROJECT_ONLY = {("versions", "GET"), ("version", "GET"), ("lineage", "GET"), ("alias", "PUT")}
 READ_BYTES = 64 * 1024
 
 
@@ -93,6 +98,16 @@ class RegisteredModelViewSet(
     ordering_fields = ["name", "created_at"]
     parser_classes = [JSONParser, MultiPartParser, OctetStreamParser]
 
+    def get_queryset(self):
+        rows = super().get_queryset()
+        if self.action == "retrieve":  # the model with its aliases: one query
+            rows = RegisteredModelSerializer.with_aliases(rows)
+        if (self.action, self.request.method) in PROJECT_ONLY:
+            rows = rows.select_related(None).select_related("project")
+        if self.action in WEBHOOK_EVENTS and self.request.method not in SAFE_METHODS:
+            rows = services.with_webhook_flag(rows)
+        return rows
+
     # -- models ---------------------------------------------------------------------------------
 
     def create(self, request, *args, **kwargs):
@@ -129,10 +144,13 @@ class RegisteredModelViewSet(
             RegisteredModelSerializer(page, many=True, context=context).data
         )
 
-    def _version(self, model: RegisteredModel, number, *, full: bool = False) -> ModelVersion:
+    def _version(
+        self, model: RegisteredModel, number, *, full: bool = False, rows=None
+    ) -> ModelVersion:
         """Version `number` of the model (404 if none); `full` with what its serializer
-        renders (aliases, dataset versions, creator)."""
-        rows = model.versions.all()
+        renders (aliases, dataset versions, creator); `rows`: the model's versions as a
+        caller wants them read."""
+        rows = model.versions.all() if rows is None else rows
         if full:
             rows = rows.select_related("created_by").prefetch_related("aliases", "dataset_versions")
         version = rows.filter(number=int(number)).first()
@@ -154,16 +172,15 @@ class RegisteredModelViewSet(
         tree (`path`) by the worker."""
         model = self.get_object()
         if request.method == "GET":
+            # cards may be 256 KiB each: a page lists, the detail tells all (or ?full=1)
             full = request.query_params.get("full") in ("1", "true")
-            rows = model.versions.select_related("created_by")
-            if not full:  # cards may be 256 KiB each: a page lists, the detail tells all
-                rows = rows.defer(*ModelVersionSerializer.HEAVY)
+            rows = ModelVersionSerializer.listing(model.versions.all(), full=full)
             page = self.paginate_queryset(rows.order_by("-created_at"))
-            for row in page:
-                row.model = model
-            context = {**ModelVersionSerializer.page_context(page), "full": full}
             return self.get_paginated_response(
-                ModelVersionSerializer(page, many=True, context=context).data
+                [
+                    ModelVersionSerializer.listing_row(row, model_name=model.name, full=full)
+                    for row in page
+                ]
             )
         files = None
         body = request.data
@@ -328,7 +345,8 @@ class RegisteredModelViewSet(
     @action(detail=True, methods=["get"], url_path=f"{VERSION}/lineage", policy_action="read")
     def lineage(self, request, pk=None, number=None):
         """The version's job, attempts (with their logs), metrics and dataset versions."""
-        version = self._version(self.get_object(), number)
+        model = self.get_object()
+        version = self._version(model, number, rows=selectors.with_inference_flag(model.versions))
         return Response(selectors.version_lineage(actor=self.actor, version=version))
 
     @extend_schema(request=StageSerializer, responses=ModelVersionSerializer)

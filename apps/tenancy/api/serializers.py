@@ -47,8 +47,28 @@ def member_detail(serializer: serializers.Serializer, *, user, tenant_id) -> dic
     return MemberSummarySerializer(user).data
 
 
+def _cluster_field() -> serializers.SlugRelatedField:
+    from apps.compute.models import Cluster
+
+    return serializers.SlugRelatedField(
+        slug_field="name",
+        queryset=Cluster.objects.all(),
+        allow_null=True,
+        required=False,
+        help_text="The cluster jobs run on when their spec names none (a cluster's name).",
+    )
+
+
 class TenantSerializer(StrictModelSerializer):
     role = serializers.SerializerMethodField()
+    image_registries = serializers.ListField(
+        child=serializers.CharField(max_length=255),
+        max_length=50,
+        required=False,
+        help_text="Registries (host, optional path prefix) jobs' container images may come"
+        " from; empty: only a cluster's default image.",
+    )
+    default_cluster = _cluster_field()
 
     class Meta:
         model = Tenant
@@ -58,6 +78,8 @@ class TenantSerializer(StrictModelSerializer):
             "slug",
             "description",
             "log_retention_days",
+            "image_registries",
+            "default_cluster",
             "role",
             "created_at",
             "updated_at",
@@ -67,6 +89,16 @@ class TenantSerializer(StrictModelSerializer):
     def get_role(self, obj) -> str | None:
         actor = self.context.get("actor")
         return actor.role_in(obj.id) if actor else None
+
+    def validate_image_registries(self, value):
+        from apps.jobs.images import registry_entry_problem
+
+        value = [entry.strip().lower().rstrip("/") for entry in value]
+        problems = {str(i): registry_entry_problem(entry) for i, entry in enumerate(value)}
+        errors = {index: [problem] for index, problem in problems.items() if problem}
+        if errors:
+            raise serializers.ValidationError(errors)
+        return sorted(set(value))
 
 
 class MembershipSerializer(StrictModelSerializer):
@@ -96,6 +128,12 @@ class ProjectSerializer(StrictModelSerializer):
         write_only=True, required=False, help_text="Tenant id or slug (default: your only one)."
     )
     tenant_id = serializers.UUIDField(read_only=True)
+    default_cluster = serializers.SlugRelatedField(
+        slug_field="name",
+        read_only=True,
+        allow_null=True,
+        help_text="Set with PATCH; null: the tenant's.",
+    )
 
     class Meta:
         model = Project
@@ -106,6 +144,7 @@ class ProjectSerializer(StrictModelSerializer):
             "name",
             "slug",
             "description",
+            "default_cluster",
             "created_at",
             "updated_at",
         ]
@@ -115,9 +154,11 @@ class ProjectSerializer(StrictModelSerializer):
 
 
 class ProjectUpdateSerializer(StrictModelSerializer):
+    default_cluster = _cluster_field()
+
     class Meta:
         model = Project
-        fields = ["name", "slug", "description"]
+        fields = ["name", "slug", "description", "default_cluster"]
         extra_kwargs = {"slug": {"validators": []}}
 
 

@@ -410,6 +410,141 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/deployments/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description PUT behaves as PATCH (and stays out of the schema): resources are edited field by field. */
+        get: operations["v1_deployments_list"];
+        put?: never;
+        /**
+         * @description A new deployment (201); with `dry_run: true`, the same checks and the fit estimate
+         *     (200), nothing written.
+         */
+        post: operations["v1_deployments_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/deployments/{id}/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description PUT behaves as PATCH (and stays out of the schema): resources are edited field by field. */
+        get: operations["v1_deployments_retrieve"];
+        put?: never;
+        post?: never;
+        /** @description PUT behaves as PATCH (and stays out of the schema): resources are edited field by field. */
+        delete: operations["v1_deployments_destroy"];
+        options?: never;
+        head?: never;
+        /** @description PUT behaves as PATCH (and stays out of the schema): resources are edited field by field. */
+        patch: operations["v1_deployments_partial_update"];
+        trace?: never;
+    };
+    "/api/v1/deployments/{id}/events/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description The deployment's events, oldest first (scaling decisions carry what they read). */
+        get: operations["v1_deployments_events_list"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/deployments/{id}/keys/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * @description GET: the deployment's keys (names and prefixes). POST {"name"}: a new `tsk_` key for
+         *     its gateway path; the token is in this answer only.
+         */
+        get: operations["v1_deployments_keys_list"];
+        put?: never;
+        /**
+         * @description GET: the deployment's keys (names and prefixes). POST {"name"}: a new `tsk_` key for
+         *     its gateway path; the token is in this answer only.
+         */
+        post: operations["v1_deployments_keys_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/deployments/{id}/keys/{key_id}/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** @description Revoke a key: the gateway refuses it from the next request on. */
+        delete: operations["v1_deployments_keys_destroy"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/deployments/{id}/replicas/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Replicas not yet stopped (`?all=1`: every replica it ever had), oldest first. */
+        get: operations["v1_deployments_replicas_list"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/deployments/{id}/usage/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * @description Requests, latency, time to first token and tokens per minute (the gateway's
+         *     records).
+         */
+        get: operations["v1_deployments_usage_retrieve"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/failure-signatures/": {
         parameters: {
             query?: never;
@@ -458,6 +593,27 @@ export interface paths {
         get: operations["v1_failure_signatures_stats_list"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/fit/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * @description Estimate the memory a model needs (weights, KV cache, activations; for training also
+         *     gradients and optimizer state) and whether it fits: the smallest tensor-parallel degree
+         *     that does, or why none does. Any signed-in user; nothing is stored.
+         */
+        post: operations["v1_fit_create"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1298,6 +1454,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/usage/history/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * @description GPU-hours per hour, day or week (UTC) from the usage ledger, spread over the buckets
+         *     each attempt ran in, and the GPUs allocated on average, per tenant, project or user: one
+         *     series each, a point for every bucket. Only ended attempts are in the ledger.
+         */
+        get: operations["v1_usage_history_retrieve"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/webhooks/": {
         parameters: {
             query?: never;
@@ -1364,6 +1541,7 @@ export interface components {
             readonly gres_name: string;
             readonly resource_name: string;
             readonly visible_devices_env: string;
+            readonly memory_mb: unknown;
         };
         AccessToken: {
             /** Format: uuid */
@@ -1602,10 +1780,208 @@ export interface components {
          * @enum {string}
          */
         DatasetVersionStateEnum: "open" | "committed";
+        Deployment: {
+            /** Format: uuid */
+            readonly id: string;
+            /** Format: uuid */
+            readonly tenant: string;
+            /** Format: uuid */
+            readonly project: string;
+            readonly project_slug: string;
+            readonly name: string;
+            /** Format: uuid */
+            readonly model: string;
+            readonly model_name: string;
+            readonly ref: string;
+            readonly follow_alias: string;
+            readonly version: components["schemas"]["VersionRef"];
+            readonly runtime: components["schemas"]["RuntimeEnum"];
+            readonly state: components["schemas"]["DeploymentStateEnum"];
+            readonly state_reason: string;
+            readonly replicas: components["schemas"]["ReplicaCounts"];
+            readonly resources: components["schemas"]["Resources"];
+            readonly slots: number;
+            readonly context: number;
+            readonly kv_cache_type: components["schemas"]["KvCacheTypeEnum"];
+            /** Format: double */
+            readonly autoscale_target: number;
+            readonly scale_to_zero_after_s: number | null;
+            readonly limits: components["schemas"]["Limits"];
+            readonly gateway: string;
+            /** Format: date-time */
+            readonly last_request_at: string | null;
+            readonly created_by: string;
+            /** Format: date-time */
+            readonly created_at: string;
+            /** Format: date-time */
+            readonly updated_at: string;
+        };
+        /** @description Fields a create and an update share. */
+        DeploymentCreateRequest: {
+            replicas?: number;
+            replicas_min?: number;
+            replicas_max?: number;
+            /**
+             * Format: double
+             * @description Requests (processing + waiting) per slot that autoscaling aims at.
+             */
+            autoscale_target?: number;
+            /** @description Seconds without a request before it scales to zero; null: never. */
+            scale_to_zero_after_s?: number | null;
+            tokens_per_minute?: number | null;
+            max_request_bytes?: number;
+            max_tokens?: number;
+            /** Format: uuid */
+            project: string;
+            name: string;
+            /** @description '<model>:<version>', '<model>@<alias>' (followed) or an id. */
+            model: string;
+            cluster?: string;
+            /** @default 1 */
+            cpus: number;
+            /**
+             * @description Per replica: '4G' or MiB.
+             * @default 1024
+             */
+            memory: string | number;
+            /** @default 0 */
+            gpus: number;
+            gpu_type?: string;
+            /** @default gpu */
+            accelerator: string;
+            partition?: string;
+            /** @default 4 */
+            slots: number;
+            /**
+             * @description Tokens per slot.
+             * @default 2048
+             */
+            context: number;
+            /** @default f16 */
+            kv_cache_type: components["schemas"]["KvCacheTypeEnum"];
+            /**
+             * @description Check everything (model, counts, fit, name) and write nothing.
+             * @default false
+             */
+            dry_run: boolean;
+        };
+        DeploymentEvent: {
+            /** Format: uuid */
+            readonly id: string;
+            readonly kind: components["schemas"]["DeploymentEventKindEnum"];
+            readonly message: string;
+            readonly data: unknown;
+            /** Format: date-time */
+            readonly created_at: string;
+        };
+        /**
+         * @description * `created` - Created
+         *     * `scaled_up` - Scaled Up
+         *     * `scaled_down` - Scaled Down
+         *     * `replica_started` - Replica Started
+         *     * `replica_ready` - Replica Ready
+         *     * `replica_unhealthy` - Replica Unhealthy
+         *     * `replica_replaced` - Replica Replaced
+         *     * `replica_stopped` - Replica Stopped
+         *     * `rollout_started` - Rollout Started
+         *     * `rollout_done` - Rollout Done
+         *     * `scaled_to_zero` - Scaled To Zero
+         *     * `woken` - Woken
+         *     * `updated` - Updated
+         *     * `stopped` - Stopped
+         *     * `failed` - Failed
+         * @enum {string}
+         */
+        DeploymentEventKindEnum: "created" | "scaled_up" | "scaled_down" | "replica_started" | "replica_ready" | "replica_unhealthy" | "replica_replaced" | "replica_stopped" | "rollout_started" | "rollout_done" | "scaled_to_zero" | "woken" | "updated" | "stopped" | "failed";
+        DeploymentKey: {
+            /** Format: uuid */
+            readonly id: string;
+            readonly name: string;
+            readonly prefix: string;
+            readonly created_by: string;
+            /** Format: date-time */
+            readonly revoked_at: string | null;
+            /** Format: date-time */
+            readonly created_at: string;
+        };
+        DeploymentKeyCreated: {
+            /** Format: uuid */
+            readonly id: string;
+            readonly name: string;
+            readonly prefix: string;
+            readonly created_by: string;
+            /** Format: date-time */
+            readonly revoked_at: string | null;
+            /** Format: date-time */
+            readonly created_at: string;
+            /** @description Shown once. */
+            readonly token: string;
+        };
+        /**
+         * @description * `PENDING` - Pending
+         *     * `STARTING` - Starting
+         *     * `READY` - Ready
+         *     * `DEGRADED` - Degraded
+         *     * `IDLE` - Idle
+         *     * `UPDATING` - Updating
+         *     * `STOPPED` - Stopped
+         *     * `FAILED` - Failed
+         * @enum {string}
+         */
+        DeploymentStateEnum: "PENDING" | "STARTING" | "READY" | "DEGRADED" | "IDLE" | "UPDATING" | "STOPPED" | "FAILED";
+        /** @description The gateway's records of a deployment, per minute (apps/serving/records.py). */
+        DeploymentUsage: {
+            /** Format: uuid */
+            deployment: string;
+            minutes: number;
+            step_s: number;
+            series: components["schemas"]["DeploymentUsagePoint"][];
+            totals: components["schemas"]["DeploymentUsageTotals"];
+        };
+        DeploymentUsagePoint: {
+            requests: number;
+            errors: number;
+            /** Format: double */
+            requests_per_s: number;
+            /** Format: double */
+            latency_p50_ms: number | null;
+            /** Format: double */
+            latency_p95_ms: number | null;
+            /** Format: double */
+            ttft_p50_ms: number | null;
+            /** Format: double */
+            ttft_p95_ms: number | null;
+            /** Format: date-time */
+            t: string;
+            tokens_in_per_min: number;
+            tokens_out_per_min: number;
+        };
+        DeploymentUsageTotals: {
+            requests: number;
+            errors: number;
+            /** Format: double */
+            requests_per_s: number;
+            /** Format: double */
+            latency_p50_ms: number | null;
+            /** Format: double */
+            latency_p95_ms: number | null;
+            /** Format: double */
+            ttft_p50_ms: number | null;
+            /** Format: double */
+            ttft_p95_ms: number | null;
+            tokens_in: number;
+            tokens_out: number;
+        };
         DistributedRequest: {
             /** @default none */
             launcher: components["schemas"]["LauncherEnum"];
             master_port?: number;
+        };
+        /** @description What a create would do (`dry_run: true`): checked as a create, nothing written. */
+        DryRun: {
+            fit: components["schemas"]["FitEstimate"];
+            version: number;
+            follow_alias: string;
         };
         EnvironmentRequest: {
             /** @default none */
@@ -1624,6 +2000,13 @@ export interface components {
                 [key: string]: unknown;
             };
         };
+        /**
+         * @description * `f16` - f16
+         *     * `f32` - f32
+         *     * `q8_0` - q8_0
+         * @enum {string}
+         */
+        EstimateKvCacheTypeEnum: "f16" | "f32" | "q8_0";
         /**
          * @description * `model_version.created` - Version Created
          *     * `alias.changed` - Alias Changed
@@ -1649,6 +2032,97 @@ export interface components {
             /** @description simple_query_string over messages */
             query: string;
         };
+        FitEstimate: {
+            /** @description null: device memory unknown. */
+            fits: boolean | null;
+            reason: string;
+            tensor_parallel: number | null;
+            per_device_bytes: number;
+            breakdown: {
+                [key: string]: number;
+            };
+        };
+        FitReport: {
+            /** @description null: device memory unknown. */
+            fits: boolean | null;
+            reason: string;
+            workload: string;
+            devices: number;
+            device_name: string;
+            device_memory_bytes: number | null;
+            tensor_parallel: number | null;
+            needed_devices: number | null;
+            per_device_bytes: number;
+            breakdown: {
+                [key: string]: number;
+            };
+            tokens: number;
+            model: {
+                [key: string]: unknown;
+            };
+        };
+        /** @description What a training step holds besides the model: per data-parallel rank. */
+        FitRequestRequest: {
+            /** @default 1 */
+            batch_size: number;
+            /** @default 2048 */
+            sequence_length: number;
+            /** @default bf16 */
+            precision: components["schemas"]["PrecisionEnum"];
+            /** @default adamw */
+            optimizer: components["schemas"]["OptimizerEnum"];
+            /** @default false */
+            gradient_checkpointing: boolean;
+            /** @description A Hugging Face-style config.json: hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, intermediate_size, vocab_size, torch_dtype, ... (num_parameters overrides the count made from the shapes). */
+            model_config?: {
+                [key: string]: unknown;
+            };
+            /** @description Instead of model_config: a registered GGUF version of `project`, as '<model>:<version>', '<model>@<alias>' or a version id (inference). */
+            model?: string;
+            /**
+             * Format: uuid
+             * @description The project of `model`.
+             */
+            project?: string;
+            /** @default inference */
+            workload: components["schemas"]["WorkloadEnum"];
+            /**
+             * @description The accelerator type's GRES name.
+             * @default gpu
+             */
+            accelerator: string;
+            gpu_type?: string | null;
+            /**
+             * @description Accelerators per replica (inference) or in all (training); 0: CPU only.
+             * @default 1
+             */
+            gpus: number;
+            /**
+             * @description Host memory ('4G' or MiB) when gpus is 0.
+             * @default 1024
+             */
+            memory: string | number;
+            /** @default 4 */
+            slots: number;
+            /**
+             * @description Tokens per slot.
+             * @default 2048
+             */
+            context: number;
+            /** @default f16 */
+            kv_cache_type: components["schemas"]["EstimateKvCacheTypeEnum"];
+            /**
+             * @description How the weights are stored when served (default: the config's torch_dtype).
+             *
+             *     * `bf16` - bf16
+             *     * `f16` - f16
+             *     * `f32` - f32
+             *     * `q4_0` - q4_0
+             *     * `q4_k` - q4_k
+             *     * `q8_0` - q8_0
+             */
+            weights_type?: components["schemas"]["WeightsTypeEnum"];
+        };
         HistogramBucket: {
             /**
              * Format: date-time
@@ -1656,6 +2130,32 @@ export interface components {
              */
             time: string;
             count: number;
+        };
+        History: {
+            /** Format: date-time */
+            since: string;
+            /** Format: date-time */
+            until: string;
+            bucket: string;
+            group_by: string;
+            series: components["schemas"]["HistorySeries"][];
+        };
+        HistoryPoint: {
+            /** Format: date-time */
+            start: string;
+            /** Format: double */
+            gpu_hours: number;
+            /**
+             * Format: double
+             * @description GPUs allocated on average over the bucket
+             */
+            gpus: number;
+        };
+        HistorySeries: {
+            tenant: string;
+            project?: string;
+            user?: string;
+            points: components["schemas"]["HistoryPoint"][];
         };
         Invitation: {
             /** Format: uuid */
@@ -1760,6 +2260,8 @@ export interface components {
             readonly started_at: string | null;
             /** Format: date-time */
             readonly finished_at: string | null;
+            /** @description Failure signatures its failed attempts matched, by name. */
+            readonly signatures: string[];
         };
         JobAttempt: {
             /** Format: uuid */
@@ -1832,11 +2334,11 @@ export interface components {
             readonly started_at: string | null;
             /** Format: date-time */
             readonly finished_at: string | null;
+            /** @description Failure signatures the job's failed attempts matched. */
+            readonly signatures: string[];
             readonly spec: unknown;
             readonly attempts: components["schemas"]["JobAttempt"][];
             readonly events: components["schemas"]["JobEvent"][];
-            /** @description Failure signatures the job's failed attempts matched. */
-            readonly signatures: string[];
         };
         JobEvent: {
             /** Format: date-time */
@@ -1849,13 +2351,16 @@ export interface components {
         /**
          * @description * `training` - Training
          *     * `inference` - Inference
+         *     * `serve` - Serve
          * @enum {string}
          */
-        JobKindEnum: "training" | "inference";
+        JobKindEnum: "training" | "inference" | "serve";
         JobSpecRequest: {
             /** Format: uuid */
             project: string;
             name: string;
+            /** @description The cluster's name; else the project's, the tenant's or the platform's default. */
+            cluster?: string;
             /** @default training */
             kind: components["schemas"]["JobKindEnum"];
             command: string[] | string;
@@ -1882,6 +2387,8 @@ export interface components {
             /** @description Inference: '<model>:<version>', '<model>@<alias>' or a version id. */
             model?: string;
             output_dataset?: components["schemas"]["OutputDatasetRequest"];
+            /** @description Training: the model's config.json and the step's shape; the job is refused when the estimate says it cannot fit the accelerators asked for (docs/serving.md). */
+            model_config?: components["schemas"]["TrainingFitRequest"];
         };
         /**
          * @description * `PENDING` - Pending
@@ -1896,6 +2403,15 @@ export interface components {
          * @enum {string}
          */
         JobStateEnum: "PENDING" | "QUEUED" | "SUBMITTED" | "RUNNING" | "RESTARTING" | "SUCCEEDED" | "FAILED" | "CANCELLED" | "TIMEOUT";
+        KeyCreateRequest: {
+            name: string;
+        };
+        /**
+         * @description * `f16` - F16
+         *     * `q8_0` - Q8 0
+         * @enum {string}
+         */
+        KvCacheTypeEnum: "f16" | "q8_0";
         /**
          * @description * `none` - none
          *     * `torchrun` - torchrun
@@ -1913,6 +2429,11 @@ export interface components {
          * @enum {string}
          */
         LevelEnum: "DEBUG" | "INFO" | "WARNING" | "ERROR" | "CRITICAL";
+        Limits: {
+            tokens_per_minute: number | null;
+            max_request_bytes: number;
+            max_tokens: number;
+        };
         LogChunk: {
             attempt: number | null;
             stream: string;
@@ -2084,6 +2605,14 @@ export interface components {
         /** @enum {unknown} */
         NullEnum: null;
         /**
+         * @description * `adam` - adam
+         *     * `adamw` - adamw
+         *     * `none` - none
+         *     * `sgd` - sgd
+         * @enum {string}
+         */
+        OptimizerEnum: "adam" | "adamw" | "none" | "sgd";
+        /**
          * @description An inference job's predictions: on success, <job dir>/<path> becomes a new committed
          *     version of dataset `name` (made if missing; docs/jobs.md, Batch inference).
          */
@@ -2195,6 +2724,45 @@ export interface components {
              */
             previous?: string | null;
             results: components["schemas"]["DatasetVersion"][];
+        };
+        PaginatedDeploymentEventList: {
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?cursor=cD00ODY%3D"
+             */
+            next?: string | null;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?cursor=cj0xJnA9NDg3
+             */
+            previous?: string | null;
+            results: components["schemas"]["DeploymentEvent"][];
+        };
+        PaginatedDeploymentKeyList: {
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?cursor=cD00ODY%3D"
+             */
+            next?: string | null;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?cursor=cj0xJnA9NDg3
+             */
+            previous?: string | null;
+            results: components["schemas"]["DeploymentKey"][];
+        };
+        PaginatedDeploymentList: {
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?cursor=cD00ODY%3D"
+             */
+            next?: string | null;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?cursor=cj0xJnA9NDg3
+             */
+            previous?: string | null;
+            results: components["schemas"]["Deployment"][];
         };
         PaginatedFailureSignatureList: {
             /**
@@ -2352,6 +2920,19 @@ export interface components {
             previous?: string | null;
             results: components["schemas"]["RegisteredModel"][];
         };
+        PaginatedReplicaList: {
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?cursor=cD00ODY%3D"
+             */
+            next?: string | null;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?cursor=cj0xJnA9NDg3
+             */
+            previous?: string | null;
+            results: components["schemas"]["Replica"][];
+        };
         PaginatedSignatureStatList: {
             /**
              * Format: uri
@@ -2414,6 +2995,24 @@ export interface components {
         PatchedDatasetUpdateRequest: {
             description?: string;
         };
+        /** @description Fields a create and an update share. */
+        PatchedDeploymentUpdateRequest: {
+            replicas?: number;
+            replicas_min?: number;
+            replicas_max?: number;
+            /**
+             * Format: double
+             * @description Requests (processing + waiting) per slot that autoscaling aims at.
+             */
+            autoscale_target?: number;
+            /** @description Seconds without a request before it scales to zero; null: never. */
+            scale_to_zero_after_s?: number | null;
+            tokens_per_minute?: number | null;
+            max_request_bytes?: number;
+            max_tokens?: number;
+            /** @description Another version of the deployed model. */
+            model?: string;
+        };
         PatchedFailureSignatureRequest: {
             tenant?: string;
             name?: string;
@@ -2433,6 +3032,8 @@ export interface components {
             name?: string;
             slug?: string;
             description?: string;
+            /** @description The cluster jobs run on when their spec names none (a cluster's name). */
+            default_cluster?: string | null;
         };
         PatchedQuotaUpdateRequest: {
             gpus?: number | null;
@@ -2449,6 +3050,10 @@ export interface components {
             description?: string;
             /** @description Job log lines older than this many days are deleted. */
             log_retention_days?: number;
+            /** @description Registries (host, optional path prefix) jobs' container images may come from; empty: only a cluster's default image. */
+            image_registries?: string[];
+            /** @description The cluster jobs run on when their spec names none (a cluster's name). */
+            default_cluster?: string | null;
         };
         PatchedVersionUpdateRequest: {
             description?: string;
@@ -2465,6 +3070,13 @@ export interface components {
             description?: string;
             active?: boolean;
         };
+        /**
+         * @description * `bf16` - bf16
+         *     * `fp16` - fp16
+         *     * `fp32` - fp32
+         * @enum {string}
+         */
+        PrecisionEnum: "bf16" | "fp16" | "fp32";
         Project: {
             /** Format: uuid */
             readonly id: string;
@@ -2473,6 +3085,8 @@ export interface components {
             name: string;
             slug: string;
             description?: string;
+            /** @description Set with PATCH; null: the tenant's. */
+            readonly default_cluster: string | null;
             /** Format: date-time */
             readonly created_at: string;
             /** Format: date-time */
@@ -2575,6 +3189,52 @@ export interface components {
             description?: string;
             tags?: unknown;
         };
+        Replica: {
+            /** Format: uuid */
+            readonly id: string;
+            readonly state: components["schemas"]["ReplicaStateEnum"];
+            readonly state_reason: string;
+            readonly version: number;
+            /** Format: uuid */
+            readonly job: string | null;
+            readonly job_state: string;
+            readonly host: string;
+            readonly port: number | null;
+            /** Format: date-time */
+            readonly ready_at: string | null;
+            /** Format: date-time */
+            readonly last_ok_at: string | null;
+            readonly failures: number;
+            /** Format: date-time */
+            readonly created_at: string;
+            /** Format: date-time */
+            readonly stopped_at: string | null;
+        };
+        ReplicaCounts: {
+            desired: number;
+            min: number;
+            max: number;
+            ready: number;
+            /** @description Starting or ready. */
+            live: number;
+        };
+        /**
+         * @description * `STARTING` - Starting
+         *     * `READY` - Ready
+         *     * `UNHEALTHY` - Unhealthy
+         *     * `DRAINING` - Draining
+         *     * `STOPPED` - Stopped
+         * @enum {string}
+         */
+        ReplicaStateEnum: "STARTING" | "READY" | "UNHEALTHY" | "DRAINING" | "STOPPED";
+        Resources: {
+            cpus: number;
+            memory_mb: number;
+            gpus: number;
+            gpu_type: string | null;
+            accelerator: string;
+            partition: string | null;
+        };
         ResourcesRequest: {
             /** @default 1 */
             nodes: number;
@@ -2619,6 +3279,11 @@ export interface components {
          * @enum {string}
          */
         RetryOnEnum: "node_failure" | "preemption";
+        /**
+         * @description * `llama.cpp` - Llama Cpp
+         * @enum {string}
+         */
+        RuntimeEnum: "llama.cpp";
         SignatureStat: {
             /** Format: uuid */
             id: string;
@@ -2663,6 +3328,10 @@ export interface components {
             description?: string;
             /** @description Job log lines older than this many days are deleted. */
             log_retention_days?: number;
+            /** @description Registries (host, optional path prefix) jobs' container images may come from; empty: only a cluster's default image. */
+            image_registries?: string[];
+            /** @description The cluster jobs run on when their spec names none (a cluster's name). */
+            default_cluster?: string | null;
             readonly role: string | null;
             /** Format: date-time */
             readonly created_at: string;
@@ -2677,6 +3346,26 @@ export interface components {
          * @enum {string}
          */
         TenantRoleEnum: "owner" | "admin" | "member" | "viewer";
+        /**
+         * @description A training job's `model_config`: the model's config and the step's shape; the job is
+         *     refused at submit when it cannot fit the accelerators it asks for.
+         */
+        TrainingFitRequest: {
+            /** @default 1 */
+            batch_size: number;
+            /** @default 2048 */
+            sequence_length: number;
+            /** @default bf16 */
+            precision: components["schemas"]["PrecisionEnum"];
+            /** @default adamw */
+            optimizer: components["schemas"]["OptimizerEnum"];
+            /** @default false */
+            gradient_checkpointing: boolean;
+            /** @description A Hugging Face-style config.json: hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, intermediate_size, vocab_size, torch_dtype, ... (num_parameters overrides the count made from the shapes). */
+            config: {
+                [key: string]: unknown;
+            };
+        };
         /**
          * @description * `none` - none
          *     * `venv` - venv
@@ -2738,6 +3427,11 @@ export interface components {
             source_attempt?: string | null;
             /** @description A directory in the project's tree to copy in (instead of uploading files) */
             path?: string;
+        };
+        VersionRef: {
+            /** Format: uuid */
+            id: string;
+            number: number;
         };
         Webhook: {
             /** Format: uuid */
@@ -2802,6 +3496,22 @@ export interface components {
             description?: string;
             active?: boolean;
         };
+        /**
+         * @description * `bf16` - bf16
+         *     * `f16` - f16
+         *     * `f32` - f32
+         *     * `q4_0` - q4_0
+         *     * `q4_k` - q4_k
+         *     * `q8_0` - q8_0
+         * @enum {string}
+         */
+        WeightsTypeEnum: "bf16" | "f16" | "f32" | "q4_0" | "q4_k" | "q8_0";
+        /**
+         * @description * `inference` - inference
+         *     * `training` - training
+         * @enum {string}
+         */
+        WorkloadEnum: "inference" | "training";
     };
     responses: never;
     parameters: never;
@@ -5799,6 +6509,1276 @@ export interface operations {
             };
         };
     };
+    v1_deployments_list: {
+        parameters: {
+            query?: {
+                /** @description The pagination cursor value. */
+                cursor?: string;
+                name?: string;
+                /** @description Which field to use when ordering the results. */
+                ordering?: string;
+                /** @description Number of results to return per page. */
+                page_size?: number;
+                project?: string;
+                /**
+                 * @description * `PENDING` - Pending
+                 *     * `STARTING` - Starting
+                 *     * `READY` - Ready
+                 *     * `DEGRADED` - Degraded
+                 *     * `IDLE` - Idle
+                 *     * `UPDATING` - Updating
+                 *     * `STOPPED` - Stopped
+                 *     * `FAILED` - Failed
+                 */
+                state?: "DEGRADED" | "FAILED" | "IDLE" | "PENDING" | "READY" | "STARTING" | "STOPPED" | "UPDATING";
+                tenant?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PaginatedDeploymentList"];
+                };
+            };
+            /** @description Invalid input; `fields` names each bad field and why. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Authenticated but not allowed. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found (or not visible to this tenant). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Method not allowed. */
+            405: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Conflict with the current state. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Request body too large. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Too many requests; see Retry-After. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Internal server error. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    v1_deployments_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["DeploymentCreateRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DryRun"];
+                };
+            };
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Deployment"];
+                };
+            };
+            /** @description Invalid input; `fields` names each bad field and why. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Authenticated but not allowed. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found (or not visible to this tenant). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Method not allowed. */
+            405: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Conflict with the current state. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Request body too large. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Too many requests; see Retry-After. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Internal server error. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    v1_deployments_retrieve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A UUID string identifying this deployment. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Deployment"];
+                };
+            };
+            /** @description Invalid input; `fields` names each bad field and why. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Authenticated but not allowed. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found (or not visible to this tenant). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Method not allowed. */
+            405: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Conflict with the current state. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Request body too large. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Too many requests; see Retry-After. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Internal server error. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    v1_deployments_destroy: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A UUID string identifying this deployment. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description No response body */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Invalid input; `fields` names each bad field and why. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Authenticated but not allowed. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found (or not visible to this tenant). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Method not allowed. */
+            405: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Conflict with the current state. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Request body too large. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Too many requests; see Retry-After. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Internal server error. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    v1_deployments_partial_update: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A UUID string identifying this deployment. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["PatchedDeploymentUpdateRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Deployment"];
+                };
+            };
+            /** @description Invalid input; `fields` names each bad field and why. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Authenticated but not allowed. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found (or not visible to this tenant). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Method not allowed. */
+            405: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Conflict with the current state. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Request body too large. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Too many requests; see Retry-After. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Internal server error. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    v1_deployments_events_list: {
+        parameters: {
+            query?: {
+                /** @description The pagination cursor value. */
+                cursor?: string;
+                name?: string;
+                /** @description Which field to use when ordering the results. */
+                ordering?: string;
+                /** @description Number of results to return per page. */
+                page_size?: number;
+                project?: string;
+                /**
+                 * @description * `PENDING` - Pending
+                 *     * `STARTING` - Starting
+                 *     * `READY` - Ready
+                 *     * `DEGRADED` - Degraded
+                 *     * `IDLE` - Idle
+                 *     * `UPDATING` - Updating
+                 *     * `STOPPED` - Stopped
+                 *     * `FAILED` - Failed
+                 */
+                state?: "DEGRADED" | "FAILED" | "IDLE" | "PENDING" | "READY" | "STARTING" | "STOPPED" | "UPDATING";
+                tenant?: string;
+            };
+            header?: never;
+            path: {
+                /** @description A UUID string identifying this deployment. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PaginatedDeploymentEventList"];
+                };
+            };
+            /** @description Invalid input; `fields` names each bad field and why. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Authenticated but not allowed. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found (or not visible to this tenant). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Method not allowed. */
+            405: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Conflict with the current state. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Request body too large. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Too many requests; see Retry-After. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Internal server error. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    v1_deployments_keys_list: {
+        parameters: {
+            query?: {
+                /** @description The pagination cursor value. */
+                cursor?: string;
+                name?: string;
+                /** @description Which field to use when ordering the results. */
+                ordering?: string;
+                /** @description Number of results to return per page. */
+                page_size?: number;
+                project?: string;
+                /**
+                 * @description * `PENDING` - Pending
+                 *     * `STARTING` - Starting
+                 *     * `READY` - Ready
+                 *     * `DEGRADED` - Degraded
+                 *     * `IDLE` - Idle
+                 *     * `UPDATING` - Updating
+                 *     * `STOPPED` - Stopped
+                 *     * `FAILED` - Failed
+                 */
+                state?: "DEGRADED" | "FAILED" | "IDLE" | "PENDING" | "READY" | "STARTING" | "STOPPED" | "UPDATING";
+                tenant?: string;
+            };
+            header?: never;
+            path: {
+                /** @description A UUID string identifying this deployment. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PaginatedDeploymentKeyList"];
+                };
+            };
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeploymentKeyCreated"];
+                };
+            };
+            /** @description Invalid input; `fields` names each bad field and why. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Authenticated but not allowed. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found (or not visible to this tenant). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Method not allowed. */
+            405: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Conflict with the current state. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Request body too large. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Too many requests; see Retry-After. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Internal server error. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    v1_deployments_keys_create: {
+        parameters: {
+            query?: {
+                /** @description The pagination cursor value. */
+                cursor?: string;
+                name?: string;
+                /** @description Which field to use when ordering the results. */
+                ordering?: string;
+                /** @description Number of results to return per page. */
+                page_size?: number;
+                project?: string;
+                /**
+                 * @description * `PENDING` - Pending
+                 *     * `STARTING` - Starting
+                 *     * `READY` - Ready
+                 *     * `DEGRADED` - Degraded
+                 *     * `IDLE` - Idle
+                 *     * `UPDATING` - Updating
+                 *     * `STOPPED` - Stopped
+                 *     * `FAILED` - Failed
+                 */
+                state?: "DEGRADED" | "FAILED" | "IDLE" | "PENDING" | "READY" | "STARTING" | "STOPPED" | "UPDATING";
+                tenant?: string;
+            };
+            header?: never;
+            path: {
+                /** @description A UUID string identifying this deployment. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["KeyCreateRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PaginatedDeploymentKeyList"];
+                };
+            };
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeploymentKeyCreated"];
+                };
+            };
+            /** @description Invalid input; `fields` names each bad field and why. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Authenticated but not allowed. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found (or not visible to this tenant). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Method not allowed. */
+            405: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Conflict with the current state. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Request body too large. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Too many requests; see Retry-After. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Internal server error. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    v1_deployments_keys_destroy: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A UUID string identifying this deployment. */
+                id: string;
+                key_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description No response body */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Invalid input; `fields` names each bad field and why. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Authenticated but not allowed. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found (or not visible to this tenant). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Method not allowed. */
+            405: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Conflict with the current state. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Request body too large. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Too many requests; see Retry-After. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Internal server error. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    v1_deployments_replicas_list: {
+        parameters: {
+            query?: {
+                /** @description The pagination cursor value. */
+                cursor?: string;
+                name?: string;
+                /** @description Which field to use when ordering the results. */
+                ordering?: string;
+                /** @description Number of results to return per page. */
+                page_size?: number;
+                project?: string;
+                /**
+                 * @description * `PENDING` - Pending
+                 *     * `STARTING` - Starting
+                 *     * `READY` - Ready
+                 *     * `DEGRADED` - Degraded
+                 *     * `IDLE` - Idle
+                 *     * `UPDATING` - Updating
+                 *     * `STOPPED` - Stopped
+                 *     * `FAILED` - Failed
+                 */
+                state?: "DEGRADED" | "FAILED" | "IDLE" | "PENDING" | "READY" | "STARTING" | "STOPPED" | "UPDATING";
+                tenant?: string;
+            };
+            header?: never;
+            path: {
+                /** @description A UUID string identifying this deployment. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PaginatedReplicaList"];
+                };
+            };
+            /** @description Invalid input; `fields` names each bad field and why. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Authenticated but not allowed. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found (or not visible to this tenant). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Method not allowed. */
+            405: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Conflict with the current state. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Request body too large. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Too many requests; see Retry-After. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Internal server error. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    v1_deployments_usage_retrieve: {
+        parameters: {
+            query?: {
+                /** @description The window: 1-1440 (default 60). */
+                minutes?: number;
+            };
+            header?: never;
+            path: {
+                /** @description A UUID string identifying this deployment. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeploymentUsage"];
+                };
+            };
+            /** @description Invalid input; `fields` names each bad field and why. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Authenticated but not allowed. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found (or not visible to this tenant). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Method not allowed. */
+            405: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Conflict with the current state. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Request body too large. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Too many requests; see Retry-After. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Internal server error. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
     v1_failure_signatures_list: {
         parameters: {
             query?: {
@@ -6350,6 +8330,110 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["PaginatedSignatureStatList"];
+                };
+            };
+            /** @description Invalid input; `fields` names each bad field and why. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Authenticated but not allowed. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found (or not visible to this tenant). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Method not allowed. */
+            405: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Conflict with the current state. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Request body too large. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Too many requests; see Retry-After. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Internal server error. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    v1_fit_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["FitRequestRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FitReport"];
                 };
             };
             /** @description Invalid input; `fields` names each bad field and why. */
@@ -13646,6 +15730,126 @@ export interface operations {
                 };
                 content: {
                     "text/csv": string;
+                };
+            };
+            /** @description Invalid input; `fields` names each bad field and why. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Authenticated but not allowed. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found (or not visible to this tenant). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Method not allowed. */
+            405: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Conflict with the current state. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Request body too large. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Too many requests; see Retry-After. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Internal server error. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    v1_usage_history_retrieve: {
+        parameters: {
+            query?: {
+                /**
+                 * @description * `hour` - hour
+                 *     * `day` - day
+                 *     * `week` - week
+                 */
+                bucket?: "hour" | "day" | "week";
+                /**
+                 * @description * `tenant` - tenant
+                 *     * `project` - project
+                 *     * `user` - user
+                 */
+                group_by?: "tenant" | "project" | "user";
+                project?: string;
+                /** @description default: 30 days before until */
+                since?: string;
+                /** @description one of the caller's tenants */
+                tenant?: string;
+                /** @description default: now */
+                until?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["History"];
                 };
             };
             /** @description Invalid input; `fields` names each bad field and why. */

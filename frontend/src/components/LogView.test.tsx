@@ -20,12 +20,19 @@ describe("LogView", () => {
       await new Promise((r) => requestAnimationFrame(r));
     });
     expect(screen.getByTestId("log-count")).toHaveTextContent("5000 lines");
+    // following: the newest line is drawn, the first is not
+    expect(document.querySelector('[data-index="4999"]')).toHaveTextContent("step=4999 ");
+    expect(document.querySelector('[data-index="0"]')).toBeNull();
     const search = screen.getByRole("searchbox", { name: "Search in log" });
     await act(async () => {
       fireEvent.change(search, { target: { value: "step=42 " } });
       fireEvent.keyDown(search, { key: "Enter", code: "Enter", keyCode: 13 });
     });
     expect(screen.getByTestId("log-hits")).toHaveTextContent("1/1");
+    await act(async () => fireEvent.click(screen.getByRole("button", { name: "next match" })));
+    // the match is drawn, highlighted, and following stopped
+    expect(document.querySelector('[data-index="42"]')).toHaveClass("hit");
+    expect(screen.getByTestId("log-follow")).not.toBeChecked();
     // only the visible rows are in the DOM, never all 5000
     expect(document.querySelectorAll(".log-line").length).toBeLessThan(200);
   });

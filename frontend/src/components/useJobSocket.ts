@@ -1,6 +1,8 @@
-// Follows one job over /ws/jobs/{id}/ (apps/logs/consumers.py): backlog, then lines, metrics,
-// state changes and stream ends. Reconnects with backoff unless the server refused (44xx).
-import { useEffect, useRef } from "react";
+// Live sockets (apps/logs/consumers.py), reconnecting with backoff unless the server refused
+// (44xx): one job over /ws/jobs/{id}/ (backlog, then lines, metrics, state changes and stream
+// ends), and a jobs list over /ws/tenants/{id}/jobs/ (every state change of the tenant's jobs).
+import { useCallback, useEffect, useRef } from "react";
+import { useQueryClient } from "@tanstack/react-query";
 import { wsUrl } from "../api/client";
 
 export type WsLine = {
@@ -19,24 +21,34 @@ export type WsMessage =
   | { type: "stream_end"; attempt: number; stream: string }
   | { type: "skipped"; count: number };
 
-export function useJobSocket(
-  jobId: string | undefined,
-  onMessage: (m: WsMessage) => void,
-  opts: { tail?: number; enabled?: boolean } = {},
-) {
+export type JobStateChange = {
+  job: string;
+  project: string;
+  state: string;
+  from: string;
+  reason: string;
+  at: string;
+  attempt: number | null;
+};
+export type JobsMessage =
+  | { type: "subscribed"; tenant: string; project: string | null }
+  | { type: "states"; changes: JobStateChange[] };
+
+/** A websocket on `path` (null: none) that comes back after a drop; messages go to the latest
+ * `onMessage`. */
+function useLiveSocket<M>(path: string | null, onMessage: (m: M) => void) {
   const handler = useRef(onMessage);
   handler.current = onMessage;
-  const { tail = 200, enabled = true } = opts;
   useEffect(() => {
-    if (!jobId || !enabled) return;
+    if (!path) return;
     let ws: WebSocket | null = null;
     let closed = false;
     let delay = 1000;
     let timer: ReturnType<typeof setTimeout> | undefined;
     const open = () => {
-      ws = new WebSocket(wsUrl(`/ws/jobs/${jobId}/?tail=${tail}`));
+      ws = new WebSocket(wsUrl(path));
       ws.onopen = () => (delay = 1000);
-      ws.onmessage = (ev) => handler.current(JSON.parse(ev.data) as WsMessage);
+      ws.onmessage = (ev) => handler.current(JSON.parse(ev.data) as M);
       ws.onclose = (ev) => {
         if (closed || (ev.code >= 4400 && ev.code < 4500)) return;
         timer = setTimeout(open, delay);
@@ -49,5 +61,60 @@ export function useJobSocket(
       clearTimeout(timer);
       ws?.close();
     };
-  }, [jobId, tail, enabled]);
+  }, [path]);
+}
+
+export function useJobSocket(
+  jobId: string | undefined,
+  onMessage: (m: WsMessage) => void,
+  opts: { tail?: number; enabled?: boolean } = {},
+) {
+  const { tail = 200, enabled = true } = opts;
+  useLiveSocket(jobId && enabled ? `/ws/jobs/${jobId}/?tail=${tail}` : null, onMessage);
+}
+
+/** The state changes of a tenant's jobs (one project's when `project` is set). After a
+ * reconnect ("subscribed" again) changes may have been missed: the caller refreshes. */
+export function useTenantJobsSocket(
+  tenantId: string | undefined,
+  project: string | null | undefined,
+  onMessage: (m: JobsMessage) => void,
+) {
+  const query = project ? `?project=${encodeURIComponent(project)}` : "";
+  useLiveSocket(tenantId ? `/ws/tenants/${tenantId}/jobs/${query}` : null, onMessage);
+}
+
+const REFRESH_AFTER_MS = 1000; // a burst of changes refreshes once, this long after its first
+
+/** Keeps queries under `queryKey` fresh from the tenant's job state changes: `onChanges` sees
+ * each batch at once, and the queries are fetched again once per burst, and after a reconnect
+ * (changes may have been missed meanwhile). No polling. */
+export function useLiveJobs(
+  tenantId: string | undefined,
+  project: string | null | undefined,
+  queryKey: unknown[],
+  onChanges?: (changes: JobStateChange[]) => void,
+) {
+  const qc = useQueryClient();
+  const timer = useRef<ReturnType<typeof setTimeout> | undefined>(undefined);
+  const subscriptions = useRef(0);
+  const key = useRef(queryKey);
+  key.current = queryKey;
+  const changes = useRef(onChanges);
+  changes.current = onChanges;
+  useEffect(() => () => clearTimeout(timer.current), []);
+  const onMessage = useCallback(
+    (m: JobsMessage) => {
+      if (m.type === "subscribed" && subscriptions.current++ === 0) return;
+      if (m.type === "states") changes.current?.(m.changes);
+      if (timer.current === undefined) {
+        timer.current = setTimeout(() => {
+          timer.current = undefined;
+          qc.invalidateQueries({ queryKey: key.current });
+        }, REFRESH_AFTER_MS);
+      }
+    },
+    [qc],
+  );
+  useTenantJobsSocket(tenantId, project, onMessage);
 }

@@ -1,21 +1,24 @@
 // Datasets and the model registry, read side: lists with their versions (expand a row).
 // Datasets: upload files or a directory into a new version (with progress) and diff two versions.
 // Models: a version's lineage as a graph, and alias moves for roles that may (policy.json).
-import { useRef, useState } from "react";
+import { useRef, useState, type ReactNode } from "react";
+import type { ColumnsType } from "antd/es/table";
 import { Alert, Button, Input, InputNumber, List, Progress, Space, Table, Tag, Typography } from "antd";
 import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
 import { Chart } from "../components/Chart";
 import { CATEGORIES, lineageGraph, type Lineage } from "../lineage";
 import { relPath, uploadVersion } from "../datasetUpload";
 import { api, unwrap, type Schemas } from "../api/client";
-import { useI18n } from "../i18n";
+import { useI18n, type Key } from "../i18n";
 import { useSession } from "../session";
 import { EmptyState, ErrorState, fmtTime } from "../components/common";
 
 const size = (n: number) =>
   n >= 1e9 ? `${(n / 1e9).toFixed(1)} GB` : n >= 1e6 ? `${(n / 1e6).toFixed(1)} MB` : `${(n / 1e3).toFixed(1)} kB`;
 
-function DatasetUpload({ id }: { id: string }) {
+/** Upload files or a directory as a version. An upload that stopped (network, closed tab)
+ * leaves its version open: picking the same files again resumes it (datasetUpload.ts). */
+function DatasetUpload({ id, open }: { id: string; open: number | null }) {
   const { t } = useI18n();
   const qc = useQueryClient();
   const filesRef = useRef<HTMLInputElement>(null);
@@ -23,6 +26,20 @@ function DatasetUpload({ id }: { id: string }) {
   const [progress, setProgress] = useState<number | null>(null);
   const [done, setDone] = useState<number | null>(null);
   const [error, setError] = useState<unknown>(null);
+  const refresh = () => {
+    qc.invalidateQueries({ queryKey: ["dataset-versions", id] });
+    qc.invalidateQueries({ queryKey: ["datasets"] });
+  };
+  const discard = useMutation({
+    mutationFn: async (n: number) =>
+      unwrap(
+        await api.DELETE("/api/v1/datasets/{dataset_pk}/versions/{number}/", {
+          params: { path: { dataset_pk: id, number: String(n) } },
+        }),
+      ),
+    onSuccess: refresh,
+    onError: setError,
+  });
   const start = async (list: FileList | null) => {
     if (!list || list.length === 0) return;
     const files = Array.from(list).map((f) => ({ path: relPath(f), blob: f as Blob }));
@@ -31,17 +48,29 @@ function DatasetUpload({ id }: { id: string }) {
     try {
       const n = await uploadVersion(id, files, (sent, total) => setProgress(total ? Math.floor((sent * 100) / total) : 100));
       setDone(n);
-      qc.invalidateQueries({ queryKey: ["dataset-versions", id] });
-      qc.invalidateQueries({ queryKey: ["datasets"] });
     } catch (e) {
       setError(e);
     } finally {
       setProgress(null);
+      refresh();
     }
   };
   const busy = progress !== null;
   return (
     <Space direction="vertical" style={{ width: "100%" }}>
+      {open !== null && !busy && (
+        <Alert
+          type="warning"
+          showIcon
+          data-testid="upload-unfinished"
+          message={t("catalog.unfinished").replace("{n}", String(open))}
+          action={
+            <Button size="small" danger loading={discard.isPending} onClick={() => discard.mutate(open)}>
+              {t("catalog.discard")}
+            </Button>
+          }
+        />
+      )}
       <Space>
         <input
           ref={filesRef}
@@ -50,7 +79,10 @@ function DatasetUpload({ id }: { id: string }) {
           hidden
           aria-label={t("catalog.uploadFiles")}
           data-testid="upload-files"
-          onChange={(e) => start(e.target.files)}
+          onChange={(e) => {
+            start(e.target.files);
+            e.target.value = ""; // the same files may be picked again to resume
+          }}
         />
         <input
           ref={dirRef}
@@ -59,18 +91,28 @@ function DatasetUpload({ id }: { id: string }) {
           hidden
           aria-label={t("catalog.uploadDir")}
           {...({ webkitdirectory: "" } as object)}
-          onChange={(e) => start(e.target.files)}
+          onChange={(e) => {
+            start(e.target.files);
+            e.target.value = "";
+          }}
         />
         <Button disabled={busy} onClick={() => filesRef.current?.click()}>
-          {t("catalog.uploadFiles")}
+          {open !== null ? t("catalog.resumeFiles") : t("catalog.uploadFiles")}
         </Button>
         <Button disabled={busy} onClick={() => dirRef.current?.click()}>
-          {t("catalog.uploadDir")}
+          {open !== null ? t("catalog.resumeDir") : t("catalog.uploadDir")}
         </Button>
       </Space>
       {busy && <Progress percent={progress} aria-label={t("catalog.uploading")} data-testid="upload-progress" />}
       {done !== null && <Alert type="success" showIcon message={t("catalog.uploaded").replace("{n}", String(done))} />}
-      {error !== null && <ErrorState error={error} />}
+      {error !== null && (
+        <>
+          <ErrorState error={error} />
+          <Typography.Text type="secondary" data-testid="upload-resume-hint">
+            {t("catalog.resumeHint")}
+          </Typography.Text>
+        </>
+      )}
     </Space>
   );
 }
@@ -137,7 +179,9 @@ function DatasetVersions({ id, latest }: { id: string; latest: number }) {
   if (q.error) return <ErrorState error={q.error} />;
   return (
     <Space direction="vertical" style={{ width: "100%" }}>
-      {can("dataset", "upload") && can("dataset", "commit") && <DatasetUpload id={id} />}
+      {can("dataset", "upload") && can("dataset", "commit") && (
+        <DatasetUpload id={id} open={q.data?.find((v) => v.state === "open")?.number ?? null} />
+      )}
       <DatasetCompare id={id} latest={latest} />
       <Table<Schemas["DatasetVersion"]>
         rowKey="id"
@@ -158,42 +202,71 @@ function DatasetVersions({ id, latest }: { id: string; latest: number }) {
   );
 }
 
-export function DatasetsPage() {
+/** A catalogue page: the tenant's rows (the chosen project's), each expandable. */
+function CatalogPage<T extends { id: string; tenant?: string; tenant_id?: string }>({
+  title,
+  empty,
+  queryKey,
+  fetch,
+  expanded,
+  columns,
+}: {
+  title: Key;
+  empty: Key;
+  queryKey: string;
+  fetch: (project: string | undefined) => Promise<T[]>;
+  expanded: (row: T) => ReactNode;
+  columns: ColumnsType<T>;
+}) {
   const { t } = useI18n();
   const { tenant, project } = useSession();
   const q = useQuery({
-    queryKey: ["datasets", tenant?.id, project],
+    queryKey: [queryKey, tenant?.id, project],
     enabled: !!tenant,
-    queryFn: async () =>
-      unwrap(await api.GET("/api/v1/datasets/", { params: { query: { project: project ?? undefined, page_size: 200 } } }))
-        .results.filter((d) => d.tenant === tenant!.id),
+    queryFn: async () => (await fetch(project ?? undefined)).filter((x) => (x.tenant ?? x.tenant_id) === tenant!.id),
   });
   return (
     <div>
       <Typography.Title level={1} style={{ fontSize: 24 }}>
-        {t("nav.datasets")}
+        {t(title)}
       </Typography.Title>
       {q.error ? (
         <ErrorState error={q.error} onRetry={() => q.refetch()} />
       ) : (
-        <Table<Schemas["Dataset"]>
+        <Table<T>
           rowKey="id"
           size="small"
           loading={q.isLoading}
           dataSource={q.data}
-          locale={{ emptyText: <EmptyState>{t("catalog.emptyDatasets")}</EmptyState> }}
-          expandable={{ expandedRowRender: (d) => <DatasetVersions id={d.id} latest={d.latest_version} /> }}
+          locale={{ emptyText: <EmptyState>{t(empty)}</EmptyState> }}
+          expandable={{ expandedRowRender: expanded }}
           columns={[
             { title: t("common.name"), dataIndex: "name" },
             { title: t("common.project"), dataIndex: "project_slug" },
             { title: t("catalog.latest"), dataIndex: "latest_version" },
-            { title: t("admin.description"), dataIndex: "description" },
+            ...columns,
             { title: t("common.user"), dataIndex: "created_by" },
             { title: t("common.created"), dataIndex: "created_at", render: fmtTime },
           ]}
         />
       )}
     </div>
+  );
+}
+
+export function DatasetsPage() {
+  const { t } = useI18n();
+  return (
+    <CatalogPage<Schemas["Dataset"]>
+      title="nav.datasets"
+      empty="catalog.emptyDatasets"
+      queryKey="datasets"
+      fetch={async (project) =>
+        unwrap(await api.GET("/api/v1/datasets/", { params: { query: { project, page_size: 200 } } })).results
+      }
+      expanded={(d) => <DatasetVersions id={d.id} latest={d.latest_version} />}
+      columns={[{ title: t("admin.description"), dataIndex: "description" }]}
+    />
   );
 }
 
@@ -325,44 +398,22 @@ function ModelVersions({ id }: { id: string }) {
 
 export function ModelsPage() {
   const { t } = useI18n();
-  const { tenant, project } = useSession();
-  const q = useQuery({
-    queryKey: ["models", tenant?.id, project],
-    enabled: !!tenant,
-    queryFn: async () =>
-      unwrap(await api.GET("/api/v1/models/", { params: { query: { project: project ?? undefined, page_size: 200 } } }))
-        .results.filter((m) => m.tenant_id === tenant!.id),
-  });
   return (
-    <div>
-      <Typography.Title level={1} style={{ fontSize: 24 }}>
-        {t("nav.models")}
-      </Typography.Title>
-      {q.error ? (
-        <ErrorState error={q.error} onRetry={() => q.refetch()} />
-      ) : (
-        <Table<Schemas["RegisteredModel"]>
-          rowKey="id"
-          size="small"
-          loading={q.isLoading}
-          dataSource={q.data}
-          locale={{ emptyText: <EmptyState>{t("catalog.emptyModels")}</EmptyState> }}
-          expandable={{ expandedRowRender: (m) => <ModelVersions id={m.id} /> }}
-          columns={[
-            { title: t("common.name"), dataIndex: "name" },
-            { title: t("common.project"), dataIndex: "project_slug" },
-            { title: t("catalog.latest"), dataIndex: "latest_version" },
-            {
-              title: t("catalog.aliases"),
-              dataIndex: "aliases",
-              render: (a: Record<string, number>) =>
-                Object.entries(a ?? {}).map(([k, v]) => <Tag key={k}>{`${k} → v${v}`}</Tag>),
-            },
-            { title: t("common.user"), dataIndex: "created_by" },
-            { title: t("common.created"), dataIndex: "created_at", render: fmtTime },
-          ]}
-        />
-      )}
-    </div>
+    <CatalogPage<Schemas["RegisteredModel"]>
+      title="nav.models"
+      empty="catalog.emptyModels"
+      queryKey="models"
+      fetch={async (project) =>
+        unwrap(await api.GET("/api/v1/models/", { params: { query: { project, page_size: 200 } } })).results
+      }
+      expanded={(m) => <ModelVersions id={m.id} />}
+      columns={[
+        {
+          title: t("catalog.aliases"),
+          dataIndex: "aliases",
+          render: (a: Record<string, number>) => Object.entries(a ?? {}).map(([k, v]) => <Tag key={k}>{`${k} → v${v}`}</Tag>),
+        },
+      ]}
+    />
   );
 }

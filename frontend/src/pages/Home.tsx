@@ -1,21 +1,12 @@
 import { Button, Card, Col, List, Progress, Row, Statistic, Typography } from "antd";
 import { Link } from "react-router-dom";
 import { useQuery } from "@tanstack/react-query";
-import { api, unwrap, usageRows } from "../api/client";
+import { api, unwrap } from "../api/client";
 import { useI18n } from "../i18n";
 import { useSession } from "../session";
 import { ACTIVE_STATES, EmptyState, ErrorState, Loading, StateTag } from "../components/common";
-import { Chart } from "../components/Chart";
-
-function lastMonths(n: number): string[] {
-  const out: string[] = [];
-  const d = new Date();
-  for (let i = n - 1; i >= 0; i--) {
-    const m = new Date(d.getFullYear(), d.getMonth() - i, 1);
-    out.push(`${m.getFullYear()}-${String(m.getMonth() + 1).padStart(2, "0")}`);
-  }
-  return out;
-}
+import { UtilisationChart } from "../components/UtilisationChart";
+import { useLiveJobs } from "../components/useJobSocket";
 
 export default function HomePage() {
   const { t } = useI18n();
@@ -24,7 +15,6 @@ export default function HomePage() {
   const jobs = useQuery({
     queryKey: ["jobs", "mine-active", tenant?.id, project, username],
     enabled: !!tenant,
-    refetchInterval: 10_000,
     queryFn: async () =>
       unwrap(
         await api.GET("/api/v1/jobs/", {
@@ -40,22 +30,12 @@ export default function HomePage() {
         }),
       ).results,
   });
+  useLiveJobs(tenant?.id, project, ["jobs", "mine-active"]); // pushed, not polled
   const quotas = useQuery({
     queryKey: ["quotas", tenant?.id],
     enabled: !!tenant,
     queryFn: async () =>
       unwrap(await api.GET("/api/v1/quotas/", { params: { query: { page_size: 500 } } })).results,
-  });
-  const months = lastMonths(6);
-  const usage = useQuery({
-    queryKey: ["usage-months", tenant?.id, months.join()],
-    enabled: !!tenant,
-    queryFn: async () =>
-      Promise.all(
-        months.map(async (period) =>
-          usageRows(unwrap(await api.GET("/api/v1/usage/", { params: { query: { period, group_by: "tenant" } } }))),
-        ),
-      ),
   });
 
   if (!tenant) return <EmptyState>{t("common.noTenant")}</EmptyState>;
@@ -63,9 +43,6 @@ export default function HomePage() {
   const gpusInUse = running.reduce((s, j) => s + j.gpus, 0);
   const tenantQuota = (quotas.data ?? []).find((q) => q.tenant_id === tenant.id && q.scope === "tenant");
   const gpuLimit = tenantQuota?.gpus ?? null;
-  const usageSeries = (usage.data ?? []).map(
-    (rows) => rows.filter((r) => r.tenant === tenant.slug).reduce((s, r) => s + r.gpu_hours, 0),
-  );
 
   return (
     <div>
@@ -83,17 +60,7 @@ export default function HomePage() {
         </Col>
         <Col xs={24} md={16}>
           <Card title={t("home.usage")}>
-            <Chart
-              label={t("home.usage")}
-              height={180}
-              option={{
-                grid: { left: 40, right: 16, top: 16, bottom: 24 },
-                tooltip: { trigger: "axis" },
-                xAxis: { type: "category", data: months },
-                yAxis: { type: "value" },
-                series: [{ type: "bar", data: usageSeries, name: "GPU h" }],
-              }}
-            />
+            <UtilisationChart tenantId={tenant.id} project={project} quota={gpuLimit} groups={["tenant"]} height={180} />
           </Card>
         </Col>
         <Col span={24}>

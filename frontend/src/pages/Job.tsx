@@ -262,7 +262,7 @@ export default function JobPage() {
                   <Descriptions.Item label={t("job.resources")}>
                     {j.gpus} GPU · {j.cpus} CPU · {j.memory_mb} MiB
                   </Descriptions.Item>
-                  <Descriptions.Item label="cluster">
+                  <Descriptions.Item label={t("jobs.cluster")}>
                     {j.cluster} {j.partition}
                   </Descriptions.Item>
                   <Descriptions.Item label={t("common.created")}>{fmtTime(j.created_at)}</Descriptions.Item>

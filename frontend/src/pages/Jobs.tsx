@@ -1,26 +1,17 @@
-import { useCallback, useEffect, useMemo, useState } from "react";
+import { useCallback, useEffect, useState } from "react";
 import { Link, useSearchParams } from "react-router-dom";
-import { Badge, Button, Input, Select, Space, Table, Tooltip, Typography } from "antd";
+import { Badge, Button, Input, Select, Space, Table, Tag, Tooltip, Typography } from "antd";
 import type { SorterResult } from "antd/es/table/interface";
-import { keepPreviousData, useQuery, useQueryClient } from "@tanstack/react-query";
+import { keepPreviousData, useQuery } from "@tanstack/react-query";
 import { api, cursorOf, unwrap, type Job } from "../api/client";
 import { useI18n } from "../i18n";
 import { useSession } from "../session";
-import { ACTIVE_STATES, ALL_STATES, EmptyState, ErrorState, StateTag, fmtTime } from "../components/common";
-import { useJobSocket, type WsMessage } from "../components/useJobSocket";
-
-const LIVE_MAX = 25; // websockets opened for the page's active jobs, at most
-
-/** One socket per active row: a state message updates the row and refreshes the list. */
-function LiveRow({ id, onState }: { id: string; onState: (id: string, m: WsMessage) => void }) {
-  useJobSocket(id, (m) => m.type === "state" && onState(id, m), { tail: 0 });
-  return null;
-}
+import { ALL_STATES, EmptyState, ErrorState, StateTag, fmtTime } from "../components/common";
+import { useLiveJobs, type JobStateChange } from "../components/useJobSocket";
 
 export default function JobsPage() {
   const { t } = useI18n();
   const { tenant, project } = useSession();
-  const qc = useQueryClient();
   const [params, setParams] = useSearchParams();
   const [cursors, setCursors] = useState<(string | undefined)[]>([undefined]);
   const [live, setLive] = useState<Record<string, string>>({});
@@ -65,19 +56,15 @@ export default function JobsPage() {
   });
   useEffect(() => setLive({}), [jobs.data]);
 
-  const onState = useCallback(
-    (id: string, m: WsMessage) => {
-      if (m.type !== "state") return;
-      setLive((prev) => ({ ...prev, [id]: m.state }));
-      qc.invalidateQueries({ queryKey: ["jobs"] });
-    },
-    [qc],
+  // One socket for the whole list: a change shows in its row at once, and the page (filters,
+  // order, new jobs) is fetched again once per burst.
+  const patch = useCallback(
+    (changes: JobStateChange[]) =>
+      setLive((prev) => ({ ...prev, ...Object.fromEntries(changes.map((c) => [c.job, c.state])) })),
+    [],
   );
+  useLiveJobs(tenant?.id, project, ["jobs"], patch);
   const rows = jobs.data?.results ?? [];
-  const activeIds = useMemo(
-    () => rows.filter((j) => ACTIVE_STATES.includes(j.state)).slice(0, LIVE_MAX).map((j) => j.id),
-    [rows],
-  );
 
   const sortOrder = (field: string) =>
     ordering === field ? ("ascend" as const) : ordering === `-${field}` ? ("descend" as const) : null;
@@ -111,6 +98,27 @@ export default function JobsPage() {
         );
       },
     },
+    {
+      title: t("jobs.signatures"),
+      dataIndex: "signatures",
+      render: (names: string[] | undefined) =>
+        (names ?? []).map((n) => (
+          <Tag
+            key={n}
+            color="red"
+            data-testid="job-signature"
+            style={{ cursor: "pointer" }}
+            role="button"
+            tabIndex={0}
+            title={t("jobs.filterBySignature")}
+            onClick={() => setFilter("signature", n)}
+            onKeyDown={(e) => (e.key === "Enter" || e.key === " ") && setFilter("signature", n)}
+          >
+            {n}
+          </Tag>
+        )),
+    },
+    { title: t("jobs.cluster"), dataIndex: "cluster", render: (v: string | null) => v ?? "—" },
     { title: t("jobs.gpus"), dataIndex: "gpus" },
     { title: t("submit.priority"), dataIndex: "priority", sorter: true, sortOrder: sortOrder("priority") },
     {
@@ -128,9 +136,6 @@ export default function JobsPage() {
         {t("jobs.title")}{" "}
         <Badge status="processing" text={<span style={{ fontSize: 12 }}>{t("jobs.live")}</span>} />
       </Typography.Title>
-      {activeIds.map((id) => (
-        <LiveRow key={id} id={id} onState={onState} />
-      ))}
       <Space wrap style={{ marginBottom: 12 }}>
         <Input.Search
           aria-label={t("jobs.filterName")}

@@ -1,6 +1,6 @@
 import { useEffect, useMemo, useState } from "react";
 import { useNavigate, useSearchParams } from "react-router-dom";
-import { App, Alert, Button, Card, Col, Collapse, Form, Input, InputNumber, Row, Select, Space, Tabs, Typography } from "antd";
+import { App, Alert, AutoComplete, Button, Card, Col, Collapse, Form, Input, InputNumber, Row, Select, Space, Tabs, Typography } from "antd";
 import { useQuery, useQueryClient } from "@tanstack/react-query";
 import { api, ApiError, flatFields, unwrap, type Schemas } from "../api/client";
 import { useI18n } from "../i18n";
@@ -41,7 +41,7 @@ const fieldFor = (key: string): keyof FormValues | null => {
   const last = key.replace(/^resources\./, "");
   return (
     [
-      "name", "project", "kind", "command", "working_dir", "env", "labels", "priority", "nodes", "tasks_per_node",
+      "name", "project", "kind", "cluster", "command", "working_dir", "env", "labels", "priority", "nodes", "tasks_per_node",
       "gpus_per_node", "gpu_type", "cpus_per_task", "memory", "time_limit", "partition",
     ] as const
   ).find((f) => f === last || key.startsWith(`${f}.`)) ?? null;
@@ -64,6 +64,12 @@ export default function SubmitPage() {
   const [busy, setBusy] = useState(false);
   const [values, setValues] = useState<FormValues>({ ...DEFAULTS } as FormValues);
 
+  // the clusters a job may name (GET /api/v1/clusters/); the choice only shows with more than one
+  const clusters = useQuery({
+    queryKey: ["clusters"],
+    queryFn: async () => unwrap(await api.GET("/api/v1/clusters/", { params: { query: { page_size: 100 } } })).results,
+  });
+  const chosen = (clusters.data ?? []).find((c) => c.name === values.cluster) ?? clusters.data?.find((c) => c.is_default);
   const earlier = useQuery({
     queryKey: ["job", from],
     enabled: !!from,
@@ -204,9 +210,29 @@ export default function SubmitPage() {
               <Input />
             </Form.Item>
           </Col>
+          {(clusters.data?.length ?? 0) > 1 && (
+            <Col xs={12} md={6}>
+              <Form.Item label={t("submit.cluster")} name="cluster" extra={t("submit.clusterDefault")}>
+                <Select
+                  allowClear
+                  data-testid="field-cluster"
+                  placeholder={clusters.data?.find((c) => c.is_default)?.name}
+                  options={(clusters.data ?? []).map((c) => ({
+                    value: c.name,
+                    label: `${c.name} (${c.backend}${c.healthy ? "" : `, ${t("submit.unhealthy")}`})`,
+                  }))}
+                />
+              </Form.Item>
+            </Col>
+          )}
           <Col xs={12} md={6}>
             <Form.Item label={t("submit.partition")} name="partition">
-              <Input />
+              <AutoComplete
+                allowClear
+                data-testid="field-partition"
+                placeholder={chosen?.partitions.find((p) => p.is_default)?.name}
+                options={(chosen?.partitions ?? []).map((p) => ({ value: p.name }))}
+              />
             </Form.Item>
           </Col>
         </Row>

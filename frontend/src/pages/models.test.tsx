@@ -1,11 +1,8 @@
 import { describe, expect, it, vi } from "vitest";
-import { MemoryRouter } from "react-router-dom";
-import { fireEvent, render, screen, waitFor } from "@testing-library/react";
-import { AppProviders, makeQueryClient } from "../providers";
-import { App } from "../App";
+import { fireEvent, screen, waitFor } from "@testing-library/react";
 import { ME, PROJECTS, fakeApi } from "../test/fakeApi";
 import { lineageGraph, type Lineage } from "../lineage";
-import type { Lang } from "../i18n";
+import { renderAt } from "../test/render";
 
 // jsdom has no canvas: ECharts is drawn by the e2e run; here the chart is a labelled box
 vi.mock("../components/Chart", () => ({
@@ -38,15 +35,6 @@ const MODEL = {
 const VERSION = { id: "v2", number: 2, state: "ready", stage: "none", aliases: [], framework: "torch", file_count: 1, source_job: "j1" };
 const page = (results: unknown[]) => ({ next: null, previous: null, results });
 
-function renderAt(path: string, lang: Lang = "en") {
-  return render(
-    <MemoryRouter initialEntries={[path]}>
-      <AppProviders client={makeQueryClient()} lang={lang}>
-        <App />
-      </AppProviders>
-    </MemoryRouter>,
-  );
-}
 
 const routes = (role: string) => ({
   "GET /api/v1/auth/me": () => ME(role),

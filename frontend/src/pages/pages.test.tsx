@@ -1,20 +1,8 @@
 import { describe, expect, it } from "vitest";
-import { MemoryRouter } from "react-router-dom";
-import { fireEvent, render, screen, waitFor, within } from "@testing-library/react";
-import { AppProviders, makeQueryClient } from "../providers";
-import { App } from "../App";
+import { fireEvent, screen, waitFor, within } from "@testing-library/react";
 import { ME, PROJECTS, fakeApi, json } from "../test/fakeApi";
-import type { Lang } from "../i18n";
+import { renderAt } from "../test/render";
 
-function renderAt(path: string, lang: Lang = "en") {
-  return render(
-    <MemoryRouter initialEntries={[path]}>
-      <AppProviders client={makeQueryClient()} lang={lang}>
-        <App />
-      </AppProviders>
-    </MemoryRouter>,
-  );
-}
 
 const EMPTY = { next: null, previous: null, results: [] };
 

@@ -1,10 +1,7 @@
 import { describe, expect, it } from "vitest";
-import { MemoryRouter } from "react-router-dom";
-import { fireEvent, render, screen, waitFor } from "@testing-library/react";
-import { AppProviders, makeQueryClient } from "../providers";
-import { App } from "../App";
+import { fireEvent, screen, waitFor } from "@testing-library/react";
 import { ME, PROJECTS, fakeApi } from "../test/fakeApi";
-import type { Lang } from "../i18n";
+import { renderAt } from "../test/render";
 
 const HOOK = {
   id: "w1",
@@ -28,15 +25,6 @@ const DELIVERY = {
 };
 const page = (results: unknown[]) => ({ next: null, previous: null, results });
 
-function renderAt(path: string, lang: Lang = "en") {
-  return render(
-    <MemoryRouter initialEntries={[path]}>
-      <AppProviders client={makeQueryClient()} lang={lang}>
-        <App />
-      </AppProviders>
-    </MemoryRouter>,
-  );
-}
 
 describe("webhooks console", () => {
   it("lists webhooks with their delivery log and shows a new one's secret once", async () => {

@@ -2,8 +2,8 @@ import "@testing-library/jest-dom/vitest";
 import { afterEach } from "vitest";
 import { cleanup, configure } from "@testing-library/react";
 
-// Lazy pages load their modules on first use: slow on a busy 2-core machine.
-configure({ asyncUtilTimeout: 10_000 });
+// Lazy pages load their modules on first use: slow on a busy 2-core machine (load 8 seen).
+configure({ asyncUtilTimeout: 20_000 });
 
 afterEach(() => {
   cleanup();

@@ -8,7 +8,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from apps.identity.services import account_ensure
-from apps.tenancy import services
+from apps.tenancy import services, token_cache
 from apps.tenancy.models import AccessToken, Membership, Project, ProjectMember, Role, Tenant
 
 DEMO_PASSWORD = "torus-demo-pass"
@@ -59,6 +59,7 @@ class Command(BaseCommand):
         AccessToken.objects.filter(tenant=tenant, name=TOKEN_NAME, revoked_at__isnull=True).update(
             revoked_at=timezone.now()
         )
+        token_cache.bump(tenant_ids=[tenant.pk])  # a bulk update sends no signal
         out_users = []
         for role, user in users.items():
             _, plaintext = services.token_create(

@@ -1,99 +1,20 @@
-// The tenant admin console: one page per section (/admin/:section). Each action is shown only
-// to a role the API allows it (the generated role matrix); the API refuses the rest anyway.
-import { useState, type ReactNode } from "react";
+// The tenant admin console: one page per section (/console/:section). Each action is shown
+// only to a role the API allows it (the generated role matrix); the API refuses the rest anyway.
+import { useState } from "react";
 import { useParams } from "react-router-dom";
-import {
-  App, Alert, Button, Card, DatePicker, Form, Input, InputNumber, Modal, Popconfirm, Select, Space, Switch, Table, Tag,
-  Typography,
-} from "antd";
+import { Button, Card, DatePicker, Form, Input, InputNumber, Select, Space, Switch, Tag, Typography } from "antd";
 import type { ColumnsType } from "antd/es/table";
-import { keepPreviousData, useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
-import { api, ApiError, cursorOf, flatFields, unwrap, usageRows, type Schemas } from "../../api/client";
-import { useI18n, type Key } from "../../i18n";
+import { keepPreviousData, useQuery, useQueryClient } from "@tanstack/react-query";
+import { api, cursorOf, unwrap, usageRows, type Schemas } from "../../api/client";
+import { useI18n } from "../../i18n";
 import { useSession } from "../../session";
 import { useProjects } from "../../App";
-import { EmptyState, ErrorState, Forbidden, fmtTime } from "../../components/common";
-import { Chart } from "../../components/Chart";
+import { EmptyState, Forbidden, fmtTime } from "../../components/common";
+import { ConfirmButton, CreateButton, CreateModal, ListTable, Section, ShownOnce, useMutate, useTenantList } from "./parts";
+import { UtilisationChart } from "../../components/UtilisationChart";
+import { SignatureTrend } from "./SignatureTrend";
 
 const ROLES: Schemas["TenantRoleEnum"][] = ["viewer", "member", "admin", "owner"];
-
-function Section({ title, extra, children }: { title: Key; extra?: ReactNode; children: ReactNode }) {
-  const { t } = useI18n();
-  return (
-    <div>
-      <Space style={{ width: "100%", justifyContent: "space-between" }}>
-        <Typography.Title level={1} style={{ fontSize: 24 }}>{t(title)}</Typography.Title>
-        {extra}
-      </Space>
-      {children}
-    </div>
-  );
-}
-
-function useMutate<T>(fn: (v: T) => Promise<unknown>, keys: string[]) {
-  const qc = useQueryClient();
-  const { message } = App.useApp();
-  return useMutation({
-    mutationFn: fn,
-    onSuccess: () => keys.forEach((k) => qc.invalidateQueries({ queryKey: [k] })),
-    onError: (e) => message.error(e instanceof ApiError ? e.message : String(e)),
-  });
-}
-
-/** A form in a modal whose API field errors land at the field. */
-function CreateModal<T extends object>({
-  title,
-  open,
-  onClose,
-  onSubmit,
-  children,
-  initial,
-}: {
-  title: string;
-  open: boolean;
-  onClose: () => void;
-  onSubmit: (v: T) => Promise<unknown>;
-  children: ReactNode;
-  initial?: Partial<T>;
-}) {
-  const [form] = Form.useForm<T>();
-  const [error, setError] = useState<string | null>(null);
-  const { t } = useI18n();
-  return (
-    <Modal
-      title={title}
-      open={open}
-      onCancel={onClose}
-      okText={t("common.save")}
-      cancelText={t("common.cancel")}
-      onOk={() => form.submit()}
-      destroyOnClose
-    >
-      <Form<T>
-        form={form}
-        layout="vertical"
-        preserve={false}
-        initialValues={initial}
-        onFinish={async (v) => {
-          setError(null);
-          try {
-            await onSubmit(v);
-            onClose();
-          } catch (e) {
-            if (e instanceof ApiError) {
-              const fields = flatFields(e.fields);
-              form.setFields(Object.entries(fields).map(([name, msg]) => ({ name: name as never, errors: [msg] })));
-              setError(e.message);
-            } else setError(String(e));
-          }
-        }}
-      >
-        {children}
-        {error && <Alert type="error" role="alert" message={error} />}
-      </Form>
-    </Modal>
-  );
-}
 
 function Members() {
   const { t } = useI18n();
@@ -137,11 +58,7 @@ function Members() {
           {
             title: t("common.actions"),
             render: (_: unknown, m: Schemas["Membership"]) => (
-              <Popconfirm title={t("common.delete")} onConfirm={() => remove.mutate(m.id)}>
-                <Button danger size="small">
-                  {t("common.delete")}
-                </Button>
-              </Popconfirm>
+              <ConfirmButton label="common.delete" onConfirm={() => remove.mutate(m.id)} />
             ),
           },
         ]
@@ -149,7 +66,7 @@ function Members() {
   ];
   return (
     <Section title="admin.members">
-      {list.error ? <ErrorState error={list.error} /> : <Table rowKey="id" size="small" loading={list.isLoading} dataSource={list.data} columns={columns} />}
+      <ListTable query={list} columns={columns} />
     </Section>
   );
 }
@@ -160,13 +77,11 @@ function Invitations() {
   const qc = useQueryClient();
   const [open, setOpen] = useState(false);
   const [created, setCreated] = useState<Schemas["InvitationCreated"] | null>(null);
-  const list = useQuery({
-    queryKey: ["invitations", tenant?.id],
-    queryFn: async () =>
-      unwrap(await api.GET("/api/v1/invitations/", { params: { query: { page_size: 200 } } })).results.filter(
-        (i) => i.tenant_id === tenant!.id,
-      ),
-  });
+  const list = useTenantList(
+    "invitations",
+    async () => unwrap(await api.GET("/api/v1/invitations/", { params: { query: { page_size: 200 } } })).results,
+    can("invitation", "read"),
+  );
   const revoke = useMutate(
     async (id: string) => unwrap(await api.DELETE("/api/v1/invitations/{id}/", { params: { path: { id } } })),
     ["invitations"],
@@ -175,30 +90,16 @@ function Invitations() {
   return (
     <Section
       title="nav.invitations"
-      extra={
-        can("invitation", "create") && (
-          <Button type="primary" onClick={() => setOpen(true)}>
-            {t("admin.invite")}
-          </Button>
-        )
-      }
+      extra={<CreateButton allowed={can("invitation", "create")} onClick={() => setOpen(true)} label="admin.invite" />}
     >
-      {created && (
-        <Alert
-          type="success"
-          closable
-          onClose={() => setCreated(null)}
-          message={t("admin.inviteToken")}
-          description={<Typography.Text copyable>{`${window.location.origin}/invitations/accept?token=${created.token}`}</Typography.Text>}
-          style={{ marginBottom: 12 }}
-        />
-      )}
-      <Table
-        rowKey="id"
-        size="small"
-        loading={list.isLoading}
-        dataSource={list.data}
-        locale={{ emptyText: <EmptyState /> }}
+      <ShownOnce
+        value={created && `${window.location.origin}/invitations/accept?token=${created.token}`}
+        onClose={() => setCreated(null)}
+        message="admin.inviteToken"
+        code={false}
+      />
+      <ListTable<Schemas["Invitation"]>
+        query={list}
         columns={[
           { title: t("admin.email"), dataIndex: "email" },
           { title: t("auth.username"), dataIndex: "username" },
@@ -259,19 +160,10 @@ function Projects() {
   return (
     <Section
       title="nav.projects"
-      extra={
-        can("project", "create") && (
-          <Button type="primary" onClick={() => setOpen(true)} data-testid="project-create">
-            {t("common.create")}
-          </Button>
-        )
-      }
+      extra={<CreateButton allowed={can("project", "create")} onClick={() => setOpen(true)} testId="project-create" />}
     >
-      <Table
-        rowKey="id"
-        size="small"
-        loading={list.isLoading}
-        dataSource={list.data}
+      <ListTable<Schemas["Project"]>
+        query={list}
         columns={[
           { title: t("admin.slug"), dataIndex: "slug" },
           { title: t("common.name"), dataIndex: "name" },
@@ -282,11 +174,7 @@ function Projects() {
                 {
                   title: t("common.actions"),
                   render: (_: unknown, p: Schemas["Project"]) => (
-                    <Popconfirm title={t("common.delete")} onConfirm={() => remove.mutate(p.id)}>
-                      <Button size="small" danger>
-                        {t("common.delete")}
-                      </Button>
-                    </Popconfirm>
+                    <ConfirmButton label="common.delete" onConfirm={() => remove.mutate(p.id)} />
                   ),
                 },
               ]
@@ -327,13 +215,10 @@ function Quotas() {
   const qc = useQueryClient();
   const projects = useProjects();
   const [editing, setEditing] = useState<Schemas["Quota"] | "new" | null>(null);
-  const list = useQuery({
-    queryKey: ["quotas", tenant?.id],
-    queryFn: async () =>
-      unwrap(await api.GET("/api/v1/quotas/", { params: { query: { page_size: 500 } } })).results.filter(
-        (q) => q.tenant_id === tenant!.id,
-      ),
-  });
+  const list = useTenantList(
+    "quotas",
+    async () => unwrap(await api.GET("/api/v1/quotas/", { params: { query: { page_size: 500 } } })).results,
+  );
   const usage = useQuery({
     queryKey: ["usage", tenant?.id, "project"],
     queryFn: async () =>
@@ -350,6 +235,7 @@ function Quotas() {
       .filter((r) => (q.project ? r.project === slugOf(q.project) : true))
       .reduce((s, r) => s + r.gpu_hours, 0);
   const lim = (v: number | null | undefined) => (v == null ? "∞" : String(v));
+  const tenantGpus = (list.data ?? []).find((q) => q.scope === "tenant")?.gpus ?? null;
   return (
     <Section
       title="nav.quotas"
@@ -358,34 +244,16 @@ function Quotas() {
           <a href="/api/v1/usage/export?group_by=project_user" download>
             <Button>{t("admin.exportCsv")}</Button>
           </a>
-          {can("quota", "create") && (
-            <Button type="primary" onClick={() => setEditing("new")}>
-              {t("admin.newQuota")}
-            </Button>
-          )}
+          <CreateButton allowed={can("quota", "create")} onClick={() => setEditing("new")} label="admin.newQuota" />
         </Space>
       }
     >
-      <Card size="small" title={`${t("admin.usage")} (GPU h)`} style={{ marginBottom: 12 }}>
-        <Chart
-          label={t("admin.usage")}
-          height={180}
-          option={{
-            animation: false,
-            grid: { left: 50, right: 16, top: 16, bottom: 30 },
-            tooltip: { trigger: "axis" },
-            xAxis: { type: "category", data: used.map((r) => r.project ?? "") },
-            yAxis: { type: "value" },
-            series: [{ type: "bar", data: used.map((r) => r.gpu_hours) }],
-          }}
-        />
+      <Card size="small" title={t("usage.title")} style={{ marginBottom: 12 }}>
+        <UtilisationChart tenantId={tenant!.id} quota={tenantGpus} />
+        <Typography.Text type="secondary">{t("usage.note")}</Typography.Text>
       </Card>
-      <Table
-        rowKey="id"
-        size="small"
-        loading={list.isLoading}
-        dataSource={list.data}
-        locale={{ emptyText: <EmptyState /> }}
+      <ListTable<Schemas["Quota"]>
+        query={list}
         columns={[
           {
             title: t("admin.scope"),
@@ -408,13 +276,7 @@ function Quotas() {
                     {t("common.edit")}
                   </Button>
                 )}
-                {can("quota", "delete") && (
-                  <Popconfirm title={t("common.delete")} onConfirm={() => remove.mutate(q.id)}>
-                    <Button size="small" danger>
-                      {t("common.delete")}
-                    </Button>
-                  </Popconfirm>
-                )}
+                {can("quota", "delete") && <ConfirmButton label="common.delete" onConfirm={() => remove.mutate(q.id)} />}
               </Space>
             ),
           },
@@ -478,13 +340,10 @@ function Tokens() {
   const qc = useQueryClient();
   const [open, setOpen] = useState(false);
   const [created, setCreated] = useState<string | null>(null);
-  const list = useQuery({
-    queryKey: ["tokens", tenant?.id],
-    queryFn: async () =>
-      unwrap(await api.GET("/api/v1/tokens/", { params: { query: { page_size: 200 } } })).results.filter(
-        (x) => x.tenant_id === tenant!.id,
-      ),
-  });
+  const list = useTenantList(
+    "tokens",
+    async () => unwrap(await api.GET("/api/v1/tokens/", { params: { query: { page_size: 200 } } })).results,
+  );
   const revoke = useMutate(
     async (id: string) => unwrap(await api.DELETE("/api/v1/tokens/{id}/", { params: { path: { id } } })),
     ["tokens"],
@@ -492,30 +351,11 @@ function Tokens() {
   return (
     <Section
       title="nav.tokens"
-      extra={
-        can("token", "create") && (
-          <Button type="primary" onClick={() => setOpen(true)}>
-            {t("common.create")}
-          </Button>
-        )
-      }
+      extra={<CreateButton allowed={can("token", "create")} onClick={() => setOpen(true)} />}
     >
-      {created && (
-        <Alert
-          type="success"
-          closable
-          onClose={() => setCreated(null)}
-          message={t("admin.tokenCreated")}
-          description={<Typography.Text copyable code>{created}</Typography.Text>}
-          style={{ marginBottom: 12 }}
-        />
-      )}
-      <Table
-        rowKey="id"
-        size="small"
-        loading={list.isLoading}
-        dataSource={list.data}
-        locale={{ emptyText: <EmptyState /> }}
+      <ShownOnce value={created} onClose={() => setCreated(null)} message="admin.tokenCreated" />
+      <ListTable<Schemas["AccessToken"]>
+        query={list}
         columns={[
           { title: t("common.name"), dataIndex: "name" },
           { title: t("common.user"), render: (_, x) => x.user.username },
@@ -527,13 +367,7 @@ function Tokens() {
           {
             title: t("common.actions"),
             render: (_, x) =>
-              x.active && (
-                <Popconfirm title={t("common.revoke")} onConfirm={() => revoke.mutate(x.id)}>
-                  <Button size="small" danger>
-                    {t("common.revoke")}
-                  </Button>
-                </Popconfirm>
-              ),
+              x.active && <ConfirmButton label="common.revoke" onConfirm={() => revoke.mutate(x.id)} />,
           },
         ]}
       />
@@ -589,25 +423,18 @@ function Audit() {
         <Input.Search aria-label={t("admin.actor")} placeholder={t("admin.actor")} allowClear onSearch={set("actor")} />
         <Input.Search aria-label={t("admin.target")} placeholder={t("admin.target")} allowClear onSearch={set("target_type")} />
       </Space>
-      {list.error ? (
-        <ErrorState error={list.error} />
-      ) : (
-        <Table
-          rowKey="id"
-          size="small"
-          pagination={false}
-          loading={list.isLoading}
-          dataSource={list.data?.results}
-          locale={{ emptyText: <EmptyState /> }}
-          columns={[
-            { title: t("common.created"), dataIndex: "created_at", render: fmtTime },
-            { title: t("admin.actor"), dataIndex: "actor" },
-            { title: t("admin.action"), dataIndex: "action", render: (a: string) => <Tag>{a}</Tag> },
-            { title: t("admin.target"), render: (_, e) => `${e.target_type} ${e.target_repr}` },
-            { title: "ip", dataIndex: "ip" },
-          ]}
-        />
-      )}
+      <ListTable<Schemas["AuditEvent"]>
+        query={list}
+        rows={list.data?.results}
+        pagination={false}
+        columns={[
+          { title: t("common.created"), dataIndex: "created_at", render: fmtTime },
+          { title: t("admin.actor"), dataIndex: "actor" },
+          { title: t("admin.action"), dataIndex: "action", render: (a: string) => <Tag>{a}</Tag> },
+          { title: t("admin.target"), render: (_, e) => `${e.target_type} ${e.target_repr}` },
+          { title: "ip", dataIndex: "ip" },
+        ]}
+      />
       <Space style={{ marginTop: 12 }}>
         <Button disabled={cursors.length < 2} onClick={() => setCursors((c) => c.slice(0, -1))}>
           {t("common.prev")}
@@ -625,13 +452,10 @@ function Signatures() {
   const { tenant, can } = useSession();
   const qc = useQueryClient();
   const [open, setOpen] = useState(false);
-  const list = useQuery({
-    queryKey: ["signatures", tenant?.id],
-    queryFn: async () =>
-      unwrap(await api.GET("/api/v1/failure-signatures/", { params: { query: { page_size: 200 } } })).results.filter(
-        (s) => s.tenant_id === tenant!.id,
-      ),
-  });
+  const list = useTenantList(
+    "signatures",
+    async () => unwrap(await api.GET("/api/v1/failure-signatures/", { params: { query: { page_size: 200 } } })).results,
+  );
   const stats = useQuery({
     queryKey: ["signature-stats", tenant?.id],
     queryFn: async () =>
@@ -645,20 +469,15 @@ function Signatures() {
   return (
     <Section
       title="nav.signatures"
-      extra={
-        can("failure-signature", "create") && (
-          <Button type="primary" onClick={() => setOpen(true)}>
-            {t("common.create")}
-          </Button>
-        )
-      }
+      extra={<CreateButton allowed={can("failure-signature", "create")} onClick={() => setOpen(true)} />}
     >
-      <Table
-        rowKey="id"
-        size="small"
-        loading={list.isLoading}
-        dataSource={list.data}
-        locale={{ emptyText: <EmptyState /> }}
+      {!!list.data?.length && (
+        <Card size="small" title={t("admin.signatureTrend")} style={{ marginBottom: 12 }}>
+          <SignatureTrend tenantId={tenant!.id} names={list.data.map((s) => s.name)} />
+        </Card>
+      )}
+      <ListTable<Schemas["FailureSignature"]>
+        query={list}
         columns={[
           { title: t("common.name"), dataIndex: "name", render: (n: string) => <a href={`/jobs?signature=${encodeURIComponent(n)}`}>{n}</a> },
           { title: t("admin.pattern"), dataIndex: "query", render: (q: string) => <code>{q}</code> },
@@ -669,11 +488,7 @@ function Signatures() {
                 {
                   title: t("common.actions"),
                   render: (_: unknown, s: Schemas["FailureSignature"]) => (
-                    <Popconfirm title={t("common.delete")} onConfirm={() => remove.mutate(s.id)}>
-                      <Button size="small" danger>
-                        {t("common.delete")}
-                      </Button>
-                    </Popconfirm>
+                    <ConfirmButton label="common.delete" onConfirm={() => remove.mutate(s.id)} />
                   ),
                 },
               ]
@@ -709,16 +524,12 @@ function Deliveries({ id }: { id: string }) {
     queryFn: async () =>
       unwrap(await api.GET("/api/v1/webhooks/{id}/deliveries/", { params: { path: { id }, query: { page_size: 50 } } })).results,
   });
-  if (q.error) return <ErrorState error={q.error} />;
   const colors: Record<string, string> = { succeeded: "green", failed: "red", pending: "gold" };
   return (
-    <Table<Schemas["WebhookDelivery"]>
-      rowKey="id"
-      size="small"
+    <ListTable<Schemas["WebhookDelivery"]>
+      query={q}
       pagination={false}
-      loading={q.isLoading}
-      dataSource={q.data}
-      locale={{ emptyText: <EmptyState>{t("webhook.noDeliveries")}</EmptyState> }}
+      empty={t("webhook.noDeliveries")}
       columns={[
         { title: t("webhook.event"), dataIndex: "event" },
         { title: t("common.state"), dataIndex: "state", render: (v: string) => <Tag color={colors[v]}>{v}</Tag> },
@@ -738,55 +549,29 @@ function Webhooks() {
   const qc = useQueryClient();
   const [open, setOpen] = useState(false);
   const [secret, setSecret] = useState<string | null>(null);
-  const list = useQuery({
-    queryKey: ["webhooks", tenant?.id],
-    enabled: can("webhook", "read"),
-    queryFn: async () =>
-      unwrap(await api.GET("/api/v1/webhooks/", { params: { query: { page_size: 200 } } })).results.filter(
-        (x) => x.tenant_id === tenant!.id,
-      ),
-  });
+  const list = useTenantList(
+    "webhooks",
+    async () => unwrap(await api.GET("/api/v1/webhooks/", { params: { query: { page_size: 200 } } })).results,
+    can("webhook", "read"),
+  );
   if (!can("webhook", "read")) return <Forbidden text={t("admin.notAdmin")} />;
   return (
     <Section
       title="nav.webhooks"
-      extra={
-        can("webhook", "create") && (
-          <Button type="primary" onClick={() => setOpen(true)} data-testid="webhook-create">
-            {t("common.create")}
-          </Button>
-        )
-      }
+      extra={<CreateButton allowed={can("webhook", "create")} onClick={() => setOpen(true)} testId="webhook-create" />}
     >
-      {secret && (
-        <Alert
-          type="success"
-          closable
-          onClose={() => setSecret(null)}
-          message={t("webhook.secretOnce")}
-          description={<Typography.Text copyable code data-testid="webhook-secret">{secret}</Typography.Text>}
-          style={{ marginBottom: 12 }}
-        />
-      )}
-      {list.error ? (
-        <ErrorState error={list.error} onRetry={() => list.refetch()} />
-      ) : (
-        <Table<Schemas["Webhook"]>
-          rowKey="id"
-          size="small"
-          loading={list.isLoading}
-          dataSource={list.data}
-          locale={{ emptyText: <EmptyState /> }}
-          expandable={{ expandedRowRender: (w) => <Deliveries id={w.id} /> }}
-          columns={[
-            { title: "URL", dataIndex: "url", render: (u: string) => <code>{u}</code> },
-            { title: t("webhook.events"), dataIndex: "events", render: (e: string[]) => e.map((x) => <Tag key={x}>{x}</Tag>) },
-            { title: t("admin.description"), dataIndex: "description" },
-            { title: t("admin.active"), dataIndex: "active", render: (v: boolean) => (v ? "✓" : "✗") },
-            { title: t("common.created"), dataIndex: "created_at", render: fmtTime },
-          ]}
-        />
-      )}
+      <ShownOnce value={secret} onClose={() => setSecret(null)} message="webhook.secretOnce" testId="webhook-secret" />
+      <ListTable<Schemas["Webhook"]>
+        query={list}
+        expandable={{ expandedRowRender: (w) => <Deliveries id={w.id} /> }}
+        columns={[
+          { title: "URL", dataIndex: "url", render: (u: string) => <code>{u}</code> },
+          { title: t("webhook.events"), dataIndex: "events", render: (e: string[]) => e.map((x) => <Tag key={x}>{x}</Tag>) },
+          { title: t("admin.description"), dataIndex: "description" },
+          { title: t("admin.active"), dataIndex: "active", render: (v: boolean) => (v ? "✓" : "✗") },
+          { title: t("common.created"), dataIndex: "created_at", render: fmtTime },
+        ]}
+      />
       <CreateModal<{ url: string; events: Schemas["EventsEnum"][]; description?: string }>
         title={t("nav.webhooks")}
         open={open}

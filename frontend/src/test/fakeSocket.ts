@@ -1,0 +1,33 @@
+// A WebSocket stand-in for component tests: records what was opened, and lets a test push the
+// server's messages (the e2e tests use the real sockets).
+import { vi } from "vitest";
+
+export class FakeSocket {
+  static opened: FakeSocket[] = [];
+  onopen: (() => void) | null = null;
+  onmessage: ((ev: { data: string }) => void) | null = null;
+  onclose: ((ev: { code: number }) => void) | null = null;
+  closed = false;
+
+  constructor(public url: string) {
+    FakeSocket.opened.push(this);
+    queueMicrotask(() => this.onopen?.());
+  }
+
+  send() {}
+
+  close() {
+    this.closed = true;
+  }
+
+  /** The server sends `message` (JSON). */
+  push(message: unknown) {
+    this.onmessage?.({ data: JSON.stringify(message) });
+  }
+}
+
+export function fakeSockets() {
+  FakeSocket.opened = [];
+  vi.stubGlobal("WebSocket", FakeSocket);
+  return FakeSocket.opened;
+}
