@@ -380,7 +380,7 @@ def _report(replica_id: str, reason: str) -> None:
         except Exception:
             logger.exception("gateway: could not report replica %s", replica_id)
 
-    task = asyncio.get_running_loop().run_in_executor(None, report)
+    task = asyncio.ensure_future(db.in_thread(report))
     _pending.add(task)
     task.add_done_callback(_pending.discard)
 

@@ -1,18 +1,19 @@
 """The gateway's few database calls, each in a worker thread off the event loop.
 
-Worker threads keep their connections between calls; one the server has dropped meanwhile
-(a restart, an administrator's pg_terminate_backend) fails its next query, so a call that
+Each call hands its connection back to the pool when it ends: a worker thread of the
+loop's executor may exit (the loop closes, the executor shrinks) and a connection it still
+held would never return to the pool. A pooled connection the server has dropped meanwhile
+(a restart, an administrator's pg_terminate_backend) fails its first query, so a call that
 fails on its connection is run once more on a fresh one.
 """
 
 import asyncio
 
 from asgiref.sync import sync_to_async
-from django.db import InterfaceError, OperationalError, close_old_connections, connection
+from django.db import InterfaceError, OperationalError, connection
 
 
 def _run(fn, kwargs):
-    close_old_connections()
     try:
         return fn(**kwargs)
     except (OperationalError, InterfaceError):
@@ -20,6 +21,8 @@ def _run(fn, kwargs):
             raise
         connection.close()
         return fn(**kwargs)
+    finally:
+        connection.close()
 
 
 async def in_thread(fn, **kwargs):
