@@ -220,7 +220,7 @@ def _watch_pool() -> None:
 
     def watched_getconn(*args, **kwargs):
         conn = getconn(*args, **kwargs)
-        stack = "".join(traceback.format_stack(limit=12)[:-1])
+        stack = "".join(traceback.format_stack(limit=30)[:-1])
         _checkouts[id(conn)] = (threading.current_thread(), stack)
         return conn
 

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from apps.compute.backends import for_cluster
@@ -335,6 +335,8 @@ def dispatch_cluster(*, cluster_id, limit: int = 500) -> int:
                 return attempt_id, backend.submit(submission), None
             except (ClusterUnavailable, SubmitRejected) as exc:
                 return attempt_id, None, exc
+            finally:  # a backend may read the database; the pool's thread exits after the pass
+                connection.close()
 
         with ThreadPoolExecutor(max_workers=settings.TORUS_DISPATCH_THREADS) as pool:
             results = list(pool.map(submit, requests))

@@ -4,6 +4,7 @@ import os
 import threading
 import time
 
+from django.db import connection
 from django.urls import reverse
 
 from apps.compute.backends import for_cluster
@@ -25,7 +26,10 @@ def test_duplicated_dispatch_submits_each_attempt_once(acme, slurm_cluster):
 
     def run():
         start.wait()
-        dispatch.dispatch_cluster(cluster_id=slurm_cluster.pk)
+        try:
+            dispatch.dispatch_cluster(cluster_id=slurm_cluster.pk)
+        finally:
+            connection.close()
 
     threads = [threading.Thread(target=run) for _ in range(3)]
     for thread in threads:

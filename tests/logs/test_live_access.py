@@ -129,6 +129,8 @@ def test_the_sdk_reports_a_revoked_token_as_a_clear_error(asgi_server, es, acme,
     """torus/live.py turns the close code into a TorusError with a message, not a traceback."""
     import threading
 
+    from django.db import connection
+
     from apps.tenancy.services import token_create, token_revoke
     from torus import Client, TorusError
 
@@ -138,7 +140,14 @@ def test_the_sdk_reports_a_revoked_token_as_a_clear_error(asgi_server, es, acme,
     )
     client = Client(url=asgi_server.url, token=plaintext)
     follow = client.follow_logs(str(job.pk))
-    threading.Timer(1.0, lambda: token_revoke(actor=None, token=token)).start()
+
+    def revoke():
+        try:
+            token_revoke(actor=None, token=token)
+        finally:
+            connection.close()
+
+    threading.Timer(1.0, revoke).start()
     with pytest.raises(TorusError) as caught:
         for _ in follow:
             pass

@@ -336,8 +336,8 @@ def test_balancing_across_replicas_and_a_replica_killed_mid_traffic(acme, engine
     for thread in threads:
         thread.start()
     time.sleep(3)
+    first.kill()  # returns once the process is gone: requests begun from here find it dead
     killed_at.append(time.monotonic())
-    first.kill()
     time.sleep(4)
     stop.set()
     for thread in threads:

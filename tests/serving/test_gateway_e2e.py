@@ -57,6 +57,20 @@ class Traffic:
         return self.results
 
 
+def wait_dead(pid: int, *, timeout: float = 10) -> None:
+    """Until the process has exited (gone, or a zombie whose sockets are closed)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return
+        if state in ("Z", "X"):
+            return
+        time.sleep(0.005)
+    raise AssertionError(f"process {pid} still alive {timeout} s after SIGKILL")
+
+
 def engine_pid(port: int) -> int:
     """The llama-server listening on `port` (its argv carries the port: SERVE_SCRIPT)."""
     for entry in Path("/proc").iterdir():
@@ -140,8 +154,10 @@ def test_a_replica_process_killed_mid_traffic(acme, gguf_version, serving_loop, 
     doomed, survivor = deployment.replicas.filter(state="READY").order_by("created_at")
     traffic = Traffic(asgi_server.url, made["id"], acme.tokens[Role.MEMBER])
     time.sleep(3)
+    pid = engine_pid(doomed.port)
+    os.kill(pid, signal.SIGKILL)
+    wait_dead(pid)  # a request begun while it was still dying was in flight on it
     killed_at = time.monotonic()
-    os.kill(engine_pid(doomed.port), signal.SIGKILL)
     time.sleep(4)
     results = traffic.finish()
 
