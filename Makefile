@@ -31,11 +31,11 @@ help:
 # (as platform/services does).
 BUILD_DEPS := gcc python3-dev python3-venv libldap2-dev libsasl2-dev
 
-$(BIN)/.installed: pyproject.toml
+$(BIN)/.installed: pyproject.toml client/pyproject.toml
 	bash -c 'source platform/services/lib.sh && torus_apt_install $(BUILD_DEPS)'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev]' -e ./client
 	touch $@
 
 # A virtualenv made with another interpreter (an older checkout's) is made again.

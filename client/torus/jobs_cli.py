@@ -1,5 +1,7 @@
 """`torus` subcommands for jobs: submit, jobs, show, cancel, restart, logs, usage, clusters."""
 
+from __future__ import annotations
+
 import json
 import sys
 from pathlib import Path

@@ -1,5 +1,7 @@
 """Reporting training metrics from inside a job: one line the shipper recognises."""
 
+from __future__ import annotations
+
 import math
 import re
 import sys

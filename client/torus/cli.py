@@ -1,10 +1,12 @@
 """The `torus` command line: tables for people, --json for scripts, no tracebacks."""
 
+from __future__ import annotations
+
 import argparse
 import sys
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
-from torus import datasets_cli, deployments_cli, jobs_cli, models_cli
+from torus import completion, datasets_cli, deployments_cli, jobs_cli, models_cli, profiles_cli
 from torus.client import Client
 from torus.errors import TorusError
 from torus.output import emit
@@ -37,7 +39,7 @@ def cmd_tokens(client: Client, args) -> None:
 def cmd_token_create(client: Client, args) -> None:
     expires = None
     if args.expires_in_days is not None:
-        expires = (datetime.now(UTC) + timedelta(days=args.expires_in_days)).isoformat()
+        expires = (datetime.now(timezone.utc) + timedelta(days=args.expires_in_days)).isoformat()
     token = client.create_token(name=args.name, read_only=args.read_only, expires_at=expires)
     if args.json:
         emit(args, token)
@@ -56,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="torus", description="Torus AI compute platform CLI")
     parser.add_argument("--url", help="portal URL (default: $TORUS_URL or the config file)")
     parser.add_argument("--token", help="access token (default: $TORUS_TOKEN or the config file)")
+    parser.add_argument(
+        "--profile", help="a saved platform (default: $TORUS_PROFILE or the config's default)"
+    )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("whoami", help="who you are, your tenants and roles").set_defaults(
@@ -79,13 +84,21 @@ def build_parser() -> argparse.ArgumentParser:
     datasets_cli.add_parsers(sub)
     models_cli.add_parsers(sub)
     deployments_cli.add_parsers(sub)
+    profiles_cli.add_parsers(sub)
+    completion.add_parsers(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     try:
-        with Client(url=args.url, token=args.token) as client:
+        if getattr(args, "completion", False):
+            sys.stdout.write(completion.script(parser, args.shell))
+            return 0
+        if not getattr(args, "needs_client", True):
+            return args.func(args) or 0
+        with Client(url=args.url, token=args.token, profile=args.profile) as client:
             return args.func(client, args) or 0
     except TorusError as exc:
         print(f"torus: {exc}", file=sys.stderr)

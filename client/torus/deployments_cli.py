@@ -2,6 +2,8 @@
 ls|show|events|logs|scale|rm`, and `torus chat` streaming through the deployment's gateway
 path (docs/serving.md)."""
 
+from __future__ import annotations
+
 import json
 import re
 import sys

@@ -1,6 +1,8 @@
 """Following a job live over its websocket (/ws/jobs/{id}/): the messages, and the lines of
 one job until it has ended and its output is fully shipped."""
 
+from __future__ import annotations
+
 import json
 from collections.abc import Iterator
 from urllib.parse import urlsplit

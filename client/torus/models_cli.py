@@ -1,6 +1,8 @@
 """The model registry from Python and the `torus models` subcommands: ls, register, versions,
 alias, lineage, download, compare (docs/registry.md)."""
 
+from __future__ import annotations
+
 import json
 import os
 import tarfile

@@ -1,6 +1,8 @@
 """Datasets from Python and the `torus datasets` subcommands: upload (resumable, with a
 progress bar), ls, versions, diff, download, verify (docs/datasets.md)."""
 
+from __future__ import annotations
+
 import hashlib
 import os
 import tarfile

@@ -1,5 +1,7 @@
 """Output for people (aligned tables) and for scripts (--json)."""
 
+from __future__ import annotations
+
 import json
 
 
@@ -14,8 +16,8 @@ def _cell(value) -> str:
 def table(rows: list[dict], columns: list[str]) -> str:
     cells = [[_cell(row.get(c)) for c in columns] for row in rows]
     widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True))]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
+    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in cells]
     return "\n".join(line.rstrip() for line in lines)
 
 

@@ -1,5 +1,7 @@
 """Errors raised by the SDK, carrying the API's error envelope."""
 
+from __future__ import annotations
+
 
 class TorusError(Exception):
     """An API error: HTTP status, error code, message and per-field messages."""

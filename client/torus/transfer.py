@@ -1,5 +1,7 @@
 """What uploads and downloads share: a progress bar and a safe, streaming tar extraction."""
 
+from __future__ import annotations
+
 import sys
 import tarfile
 import time

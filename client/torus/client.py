@@ -1,5 +1,7 @@
 """torus.Client: a thin, typed wrapper over the REST API."""
 
+from __future__ import annotations
+
 import contextlib
 import time
 from collections.abc import Iterator
@@ -14,10 +16,18 @@ from torus.live import TERMINAL, Follower, messages
 
 
 class Client:
-    """client = torus.Client()  # URL and token from the environment or the config file"""
+    """client = torus.Client()  # URL and token from the environment or the config file
+    (its default profile, or `profile=`)"""
 
-    def __init__(self, url: str | None = None, token: str | None = None, *, timeout: float = 30):
-        settings = load_settings(url=url, token=token)
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        profile: str | None = None,
+        timeout: float = 30,
+    ):
+        settings = load_settings(url=url, token=token, profile=profile)
         headers = {"Accept": "application/json", "User-Agent": "torus-sdk"}
         if settings.token:
             headers["Authorization"] = f"Bearer {settings.token}"
@@ -27,7 +37,7 @@ class Client:
     def close(self) -> None:
         self._http.close()
 
-    def __enter__(self) -> "Client":
+    def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc) -> None:
