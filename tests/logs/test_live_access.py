@@ -126,7 +126,8 @@ async def test_expiry_is_caught_by_the_periodic_recheck(es, acme, job, settings)
 
 
 def test_the_sdk_reports_a_revoked_token_as_a_clear_error(asgi_server, es, acme, job, settings):
-    """client/torus/live.py turns the close code into a TorusError with a message, not a traceback."""
+    """The SDK (client/torus/live.py) turns the close code into a TorusError with a message,
+    not a traceback."""
     import threading
 
     from django.db import connection
