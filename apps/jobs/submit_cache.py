@@ -21,16 +21,15 @@ import time
 from collections import OrderedDict
 from threading import Lock
 
-from django.core.cache import DEFAULT_CACHE_ALIAS, caches
-from django.core.cache.backends.redis import RedisCache
-from django.db import transaction
 from redis.exceptions import RedisError
+
+from apps.core.generations import COUNTER_SECONDS, counter_key, redis_client
+from apps.core.generations import move as generations_move
 
 logger = logging.getLogger(__name__)
 
 TTL_SECONDS = 60.0
 MAX_ENTRIES = 4096
-COUNTER_SECONDS = 86400
 PLACEMENT = "placement"
 
 
@@ -67,21 +66,14 @@ _placements = _Entries()
 _quotas = _Entries()
 
 
-def _client():
-    cache = caches[DEFAULT_CACHE_ALIAS]
-    if not isinstance(cache, RedisCache):
-        return None
-    return cache._cache.get_client(write=True)
-
-
 def _key(counter: str) -> str:
-    return caches[DEFAULT_CACHE_ALIAS].make_and_validate_key(f"jobgen:{counter}")
+    return counter_key(f"jobgen:{counter}")
 
 
 def generations(*, tenant_ids) -> dict | None:
     """The counters a submission for these tenants depends on, {counter: value}, read in one
     round trip (missing ones created first); None without Redis or when it is unreachable."""
-    client = _client()
+    client = redis_client()
     if client is None:
         return None
     counters = [PLACEMENT, *(quotas_counter(t) for t in dict.fromkeys(tenant_ids))]
@@ -126,25 +118,9 @@ def has_quotas(gens: dict | None, tenant_id, load) -> bool:
 
 
 def bump(*counters: str) -> None:
-    """Move these counters now and again after the transaction commits: entries that depend
-    on them are read from the database on their next use, in every process."""
-    client = _client() if counters else None
-    if client is None:
-        return
-    keys = [_key(c) for c in counters]
-
-    def move() -> None:
-        value = os.urandom(8).hex()
-        try:
-            with client.pipeline(transaction=False) as pipe:
-                for key in keys:
-                    pipe.set(key, value, ex=COUNTER_SECONDS)
-                pipe.execute()
-        except RedisError as exc:  # TTL_SECONDS bounds what a missed bump costs
-            logger.warning("submit cache: could not bump %s: %s", counters, exc)
-
-    move()
-    transaction.on_commit(move)
+    """Move these counters: entries that depend on them are read from the database on their
+    next use, in every process."""
+    generations_move([_key(c) for c in counters], what="submit cache")
 
 
 def clear() -> None:

@@ -20,24 +20,22 @@ forgotten one could cost. Without Redis nothing is cached.
 """
 
 import logging
-import os
 import pickle
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from threading import Lock
 
-from django.core.cache import DEFAULT_CACHE_ALIAS, caches
-from django.core.cache.backends.redis import RedisCache
-from django.db import transaction
 from redis.exceptions import RedisError
+
+from apps.core.generations import counter_key, redis_client
+from apps.core.generations import move as generations_move
 
 logger = logging.getLogger(__name__)
 
 TTL_SECONDS = 60.0
 MAX_ENTRIES = 4096
 KEY = "authgen:{kind}:{id}"
-COUNTER_SECONDS = 86400  # longer than TTL_SECONDS: an expired counter reads as never moved
 
 
 @dataclass
@@ -63,7 +61,7 @@ class TokenCache:
         `load()` (which reads the database, or raises). With a cached entry, `also(pipeline,
         token_pk)` may queue Redis commands to go in the same round trip as the counters (the
         throttle's window) and return a function that is given their results."""
-        client = _client()
+        client = redis_client()
         if client is None:
             return load()
         entry = self._entries.get(token_hash)
@@ -121,15 +119,8 @@ class TokenCache:
             self._entries.clear()
 
 
-def _client():
-    cache = caches[DEFAULT_CACHE_ALIAS]
-    if not isinstance(cache, RedisCache):
-        return None
-    return cache._cache.get_client(write=True)
-
-
 def _key(kind: str, ident) -> str:
-    return caches[DEFAULT_CACHE_ALIAS].make_and_validate_key(KEY.format(kind=kind, id=ident))
+    return counter_key(KEY.format(kind=kind, id=ident))
 
 
 def _keys(token) -> list[str]:
@@ -148,24 +139,7 @@ def bump(*, token_ids=(), user_ids=(), tenant_ids=()) -> None:
         + [_key("user", i) for i in user_ids]
         + [_key("tenant", i) for i in tenant_ids]
     )
-    client = _client() if keys else None
-    if client is None:
-        return
-
-    def incr() -> None:
-        # A fresh random value, not INCR: a counter lost (a flushed Redis) and counted up
-        # again could come back to a value an entry holds. It outlives any entry.
-        value = os.urandom(8).hex()
-        try:
-            with client.pipeline(transaction=False) as pipe:
-                for key in keys:
-                    pipe.set(key, value, ex=COUNTER_SECONDS)
-                pipe.execute()
-        except RedisError as exc:  # Redis away: TTL_SECONDS bounds what it costs
-            logger.warning("token cache: could not bump %s: %s", keys, exc)
-
-    incr()
-    transaction.on_commit(incr)
+    generations_move(keys, what="token cache")
 
 
 def _on_token(sender, instance, **kwargs) -> None:

@@ -103,17 +103,7 @@ class Client:
             raise TorusError(f"cannot reach Torus at {self.url}: {exc}") from exc
 
     def _raise(self, response) -> None:
-        try:
-            body = response.json()
-        except ValueError:
-            body = None
-        error = (body or {}).get("error", {}) if isinstance(body, dict) else {}
-        raise TorusError(
-            error.get("message") or f"HTTP {response.status_code}",
-            status=response.status_code,
-            code=error.get("code", "error"),
-            fields=error.get("fields"),
-        )
+        raise api_error(response)
 
     @contextlib.contextmanager
     def stream(

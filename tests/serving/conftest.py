@@ -147,3 +147,31 @@ def flush_records(deployment_id, *, at_least: int, timeout: float = 15) -> None:
             return
         assert time.monotonic() < deadline, f"{count} of {at_least} records written"
         time.sleep(0.1)
+
+
+def wait_dead(pid: int, *, timeout: float = 10) -> None:
+    """Until the process has exited (gone, or a zombie whose sockets are closed)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return
+        if state in ("Z", "X"):
+            return
+        time.sleep(0.005)
+    raise AssertionError(f"process {pid} still alive {timeout} s after SIGKILL")
+
+
+def engine_pid(port: int) -> int:
+    """The llama-server listening on `port` (its argv carries the port: SERVE_SCRIPT)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"llama-server") and str(port).encode() in argv:
+            return int(entry.name)
+    raise AssertionError(f"no llama-server on port {port}")

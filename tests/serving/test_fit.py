@@ -232,18 +232,7 @@ def test_cpu_replica_is_judged_against_its_memory(models):
 
 def test_training_counts_gradients_and_optimizer(nvidia):
     model = config_from_dict(LLAMA2_7B, dtype="bfloat16")
-    report = fit.check_training(
-        model_config=model,
-        accelerator="gpu",
-        gpu_type="h100",
-        gpus=8,
-        memory_mb=1024,
-        batch_size=1,
-        sequence_length=4096,
-        precision="bf16",
-        optimizer="adamw",
-        gradient_checkpointing=True,
-    )
+    report = fit.check_training(**{**_training_args(model), "gpus": 8})
     params = model.parameters
     assert report.breakdown["weights"] == report.breakdown["gradients"] == 2 * params
     assert report.breakdown["optimizer"] == 12 * params  # two fp32 moments + fp32 master

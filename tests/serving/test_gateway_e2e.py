@@ -7,7 +7,6 @@ import os
 import signal
 import threading
 import time
-from pathlib import Path
 
 import httpx
 import pytest
@@ -15,7 +14,15 @@ import pytest
 from apps.serving import routes
 from apps.serving.models import Deployment, DeploymentEvent, ServingRequest
 from apps.tenancy.models import Role
-from tests.serving.conftest import deploy, flush_records, register_gguf, wait_for, wait_ready
+from tests.serving.conftest import (
+    deploy,
+    engine_pid,
+    flush_records,
+    register_gguf,
+    wait_dead,
+    wait_for,
+    wait_ready,
+)
 from tests.serving.test_gateway import COMPLETION, assert_openai_error, call
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -55,34 +62,6 @@ class Traffic:
         for thread in self.threads:
             thread.join(timeout=120)
         return self.results
-
-
-def wait_dead(pid: int, *, timeout: float = 10) -> None:
-    """Until the process has exited (gone, or a zombie whose sockets are closed)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            return
-        if state in ("Z", "X"):
-            return
-        time.sleep(0.005)
-    raise AssertionError(f"process {pid} still alive {timeout} s after SIGKILL")
-
-
-def engine_pid(port: int) -> int:
-    """The llama-server listening on `port` (its argv carries the port: SERVE_SCRIPT)."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if argv and argv[0].endswith(b"llama-server") and str(port).encode() in argv:
-            return int(entry.name)
-    raise AssertionError(f"no llama-server on port {port}")
 
 
 def test_completions_streaming_and_scoping_on_a_real_deployment(

@@ -5,7 +5,6 @@ each replaced; a model whose replicas cannot start fails the deployment instead 
 import contextlib
 import os
 import signal
-from pathlib import Path
 
 import pytest
 from django.test import override_settings
@@ -16,27 +15,20 @@ from apps.serving import routes, services
 from apps.serving.models import Deployment, Replica
 from apps.tenancy.models import Role
 from tests.jobs.conftest import slurm
-from tests.serving.conftest import deploy, event_kinds, register_gguf, wait_for, wait_ready
+from tests.serving.conftest import (
+    deploy,
+    engine_pid,
+    event_kinds,
+    register_gguf,
+    wait_for,
+    wait_ready,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def backend_id(replica: Replica) -> str:
     return replica.job.attempts.order_by("-number").first().backend_id
-
-
-def engine_pid(replica: Replica) -> int:
-    """The llama-server process of a replica: the one listening on its port."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if argv and argv[0].endswith(b"llama-server") and str(replica.port).encode() in argv:
-            return int(entry.name)
-    raise AssertionError(f"no llama-server on port {replica.port}")
 
 
 def replaced(deployment_id, old: Replica):
@@ -74,7 +66,7 @@ def test_a_replica_whose_job_is_killed_is_replaced(acme, gguf_version, serving_l
 def test_a_replica_that_stops_answering_is_replaced(acme, gguf_version, serving_loop):
     made = deploy(acme.client(Role.MEMBER), acme.project, context=512, slots=2)
     first = wait_ready(made["id"], replicas=1).replicas.get(state="READY")
-    pid = engine_pid(first)
+    pid = engine_pid(first.port)
     os.kill(pid, signal.SIGSTOP)  # alive, holding its port, answering nothing
     try:
         second = replaced(made["id"], first)

@@ -82,13 +82,14 @@ def _load_token(*, plaintext: str, ip: str | None) -> tuple[Caller, list[str], l
     """In a worker thread: the token's counters, then its row (the order TokenCache keeps)."""
     from rest_framework.exceptions import AuthenticationFailed
 
+    from apps.core.generations import redis_client
     from apps.tenancy import token_cache
     from apps.tenancy.authentication import BearerTokenAuthentication, token_lookup
 
     try:
         token = token_lookup(plaintext)
         keys = token_cache._keys(token)
-        client = token_cache._client()
+        client = redis_client()
         generations = client.mget(keys) if client is not None else []
         token = token_lookup(plaintext)  # read after its counters
     except AuthenticationFailed as exc:
