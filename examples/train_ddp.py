@@ -40,6 +40,7 @@ import sys
 import time
 import traceback
 import warnings
+from typing import NoReturn
 
 # torch warns at import when numpy is absent; this example does not use numpy.
 warnings.filterwarnings("ignore", message=".*Failed to initialize NumPy.*")
@@ -311,7 +312,7 @@ def save_model(directory: str, model: nn.Module, args, final_step: int, final_lo
     )
 
 
-def train(args) -> None:
+def train(args) -> NoReturn:
     world_size = env_int("WORLD_SIZE")
     rank = env_int("RANK")
     local_rank = int(os.environ.get("LOCAL_RANK", "0") or 0)
@@ -419,7 +420,21 @@ def train(args) -> None:
             )
         )
     dist.barrier()
-    dist.destroy_process_group()
+    # Every rank has passed the last barrier and everything is written: leave here, with the
+    # DDP module still referenced. Freeing it (or destroy_process_group) runs
+    # ProcessGroupGloo's destructor with the GIL held; that joins a worker thread which may
+    # still be releasing the barrier's tensors and waits for the GIL, and the rank hangs for
+    # good (one run in five on a busy machine: the job never ends). The OS closes the
+    # sockets; there is nothing else to release.
+    leave(0, ddp)
+
+
+def leave(code: int, *keep) -> NoReturn:
+    """Flush and exit at once, skipping every destructor (`keep`: objects that must not be
+    freed before the exit)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def main(argv=None) -> int:
@@ -431,13 +446,10 @@ def main(argv=None) -> int:
     except BaseException:
         rank = os.environ.get("RANK", "?")
         sys.stderr.write(f"train_ddp: rank {rank} failed:\n{traceback.format_exc()}")
-        sys.stderr.flush()
-        sys.stdout.flush()
-        # Exit at once, without tearing the process group down: after a peer
-        # died, ProcessGroupGloo's destructor can deadlock (it joins a worker
-        # thread that waits for the GIL), which would leave this rank hanging
-        # instead of failing so the platform can restart the job.
-        os._exit(1)
+        # Exit at once, without tearing the process group down: after a peer died, its
+        # destructor can deadlock the same way (see the end of train), which would leave
+        # this rank hanging instead of failing so the platform can restart the job.
+        leave(1)
     return 0
 
 
