@@ -118,6 +118,10 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE: dict = {}  # filled in below, once the intervals are read
+# Every beat sends only while it holds a lease in Redis (apps/core/beat.py), so a second beat
+# stands by and takes over within TORUS_BEAT_LEASE_SECONDS when the active one dies.
+CELERY_BEAT_SCHEDULER = "apps.core.beat:LeasedScheduler"
+TORUS_BEAT_LEASE_SECONDS = env_int("TORUS_BEAT_LEASE_SECONDS", 15, minimum=1)
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -229,6 +233,10 @@ TORUS_SHIPPER_READ_BYTES = env_int("TORUS_SHIPPER_READ_BYTES", 1024 * 1024, mini
 TORUS_SHIPPER_READS_PER_PASS = env_int("TORUS_SHIPPER_READS_PER_PASS", 8, minimum=1)
 TORUS_SHIPPER_BULK_DOCS = env_int("TORUS_SHIPPER_BULK_DOCS", 2000, minimum=1)
 TORUS_SHIPPER_RECENT_HOURS = env_int("TORUS_SHIPPER_RECENT_HOURS", 72, minimum=1)
+# Shippers share attempts in this many shards, each held by one shipper's lease; a dead
+# shipper's shards pass to the others after the lease's seconds (apps/logs/shards.py).
+TORUS_SHIPPER_SHARDS = env_int("TORUS_SHIPPER_SHARDS", 16, minimum=1)
+TORUS_SHIPPER_LEASE_SECONDS = env_int("TORUS_SHIPPER_LEASE_SECONDS", 5, minimum=1)
 TORUS_LOG_MAX_LINE = env_int("TORUS_LOG_MAX_LINE", 16 * 1024, minimum=256)
 # Live tail: lines per second one websocket viewer receives at most (beyond: a "skipped" notice).
 TORUS_LIVE_MAX_LINES_PER_SECOND = env_int("TORUS_LIVE_MAX_LINES_PER_SECOND", 5000, minimum=10)

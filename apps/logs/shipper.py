@@ -6,7 +6,7 @@ Exactly once in effect: each event's document id is (attempt, stream, byte offse
 re-sent batch overwrites itself; a stream's offset is stored only after Elasticsearch has
 acknowledged the batch. A shipper killed anywhere re-reads from the stored offset. Memory is
 bounded by the read size whatever the backlog. Several shippers split the attempts between
-them by id (`--shard I --shards N`) and never touch the same stream.
+them by shards held by leases (apps/logs/shards.py); a dead one's shards pass to the others.
 """
 
 import json
@@ -21,6 +21,7 @@ from django.conf import settings
 from django.db import IntegrityError, close_old_connections, connection
 from django.utils import timezone
 from elasticsearch import ApiError, TransportError, helpers
+from redis.exceptions import RedisError
 
 from apps.compute.backends.base import ClusterUnavailable
 from apps.jobs.models import ATTEMPT_ENDED, JobAttempt
@@ -31,6 +32,7 @@ from apps.logs.metrics import parse_metric_line
 from apps.logs.models import LogCursor
 from apps.logs.parsing import events
 from apps.logs.search_backlog import to_line
+from apps.logs.shards import ShardLeases
 from apps.logs.signatures import scan_pending
 from apps.logs.sources import log_ref, source_for
 
@@ -44,9 +46,10 @@ class PassStats:
     streams: int = 0
 
 
-def _active_attempts(*, shard: int, shards: int):
-    """(attempt, stream) pairs whose output may still grow or is not fully shipped yet; a
-    partial index keeps this one short query however many attempts have finished."""
+def _active_attempts(*, shards: ShardLeases | None):
+    """(attempt, stream) pairs whose output may still grow or is not fully shipped yet, of
+    the shards this shipper holds (all of them without `shards`); a partial index keeps this
+    one short query however many attempts have finished."""
     recent = timezone.now() - timedelta(hours=settings.TORUS_SHIPPER_RECENT_HOURS)
     attempts = list(
         JobAttempt.objects.filter(logs_shipped=False, created_at__gte=recent)
@@ -60,8 +63,8 @@ def _active_attempts(*, shard: int, shards: int):
         )
     )
     for attempt in attempts:
-        if shards > 1 and attempt.pk.int % shards != shard:
-            continue
+        if shards is not None and not (shards.refresh() and shards.owns(attempt.pk)):
+            continue  # (refresh: a long pass keeps its leases, and drops those it lost)
         for stream in STREAMS:
             if (attempt.pk, stream) not in done:
                 yield attempt, stream
@@ -104,7 +107,10 @@ def ship_stream(attempt: JobAttempt, stream: str) -> int:
     if found:
         _bulk(attempt, stream, found)
     complete = final and consumed >= base + len(data) and not skipping
-    _advance(cursor, offset=consumed, skipping=skipping, lines=len(found), complete=complete)
+    if not _advance(
+        cursor, offset=consumed, skipping=skipping, lines=len(found), complete=complete
+    ):
+        return 0
     if complete:
         _stream_shipped(attempt, stream)
     return len(found)
@@ -254,15 +260,20 @@ def _store_metrics(points: list[Point]) -> None:
 
 def _advance(
     cursor: LogCursor, *, offset: int, skipping: bool, lines: int, complete: bool = False
-) -> None:
-    LogCursor.objects.filter(pk=cursor.pk).update(
-        offset=offset, skipping=skipping, lines=cursor.lines + lines, complete=complete
-    )
+) -> bool:
+    """Move the cursor from where it was read to `offset`; False (nothing written) when
+    another shipper moved it meanwhile (its shard's lease passed while this one was paused)."""
+    moved = LogCursor.objects.filter(
+        pk=cursor.pk, offset=cursor.offset, skipping=cursor.skipping, complete=False
+    ).update(offset=offset, skipping=skipping, lines=cursor.lines + lines, complete=complete)
+    if not moved:
+        logger.info("cursor %s was moved by another shipper; leaving it", cursor.pk)
+    return bool(moved)
 
 
-def ship_pass(*, shard: int = 0, shards: int = 1) -> PassStats:
+def ship_pass(*, shards: ShardLeases | None = None) -> PassStats:
     stats = PassStats()
-    for attempt, stream in _active_attempts(shard=shard, shards=shards):
+    for attempt, stream in _active_attempts(shards=shards):
         try:
             for _ in range(settings.TORUS_SHIPPER_READS_PER_PASS):  # no stream starves others
                 shipped = ship_stream(attempt, stream)
@@ -284,9 +295,23 @@ def ship_pass(*, shard: int = 0, shards: int = 1) -> PassStats:
     return stats
 
 
-def run(*, shard: int = 0, shards: int = 1, once: bool = False) -> None:
-    """The shipper's loop: a pass every TORUS_SHIPPER_INTERVAL; Elasticsearch down means
-    wait and retry from the stored offsets, never skip."""
+def run(*, once: bool = False) -> None:
+    """The shipper's loop: a pass every TORUS_SHIPPER_INTERVAL over the shards it holds;
+    Elasticsearch down means wait and retry from the stored offsets, never skip. The leases
+    are given back when the loop ends (a clean stop; SIGTERM raises SystemExit)."""
+    shards = ShardLeases(
+        shards=settings.TORUS_SHIPPER_SHARDS, ttl=settings.TORUS_SHIPPER_LEASE_SECONDS
+    )
+    try:
+        _loop(shards=shards, once=once)
+    finally:
+        try:
+            shards.release()
+        except RedisError as exc:  # they expire by themselves
+            logger.warning("could not give back the shard leases: %s", exc)
+
+
+def _loop(*, shards: ShardLeases, once: bool) -> None:
     template_installed = False
     backoff = settings.TORUS_SHIPPER_INTERVAL
     while True:
@@ -295,8 +320,9 @@ def run(*, shard: int = 0, shards: int = 1, once: bool = False) -> None:
             if not template_installed:
                 template_install()
                 template_installed = True
-            stats = ship_pass(shard=shard, shards=shards)
-            if shard == 0:
+            held = shards.refresh(force=once)
+            stats = ship_pass(shards=shards)
+            if 0 in held:  # one shipper at a time looks for failure signatures
                 scan_pending()
             backoff = settings.TORUS_SHIPPER_INTERVAL
             if stats.documents:

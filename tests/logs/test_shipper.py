@@ -120,6 +120,9 @@ def _shipper_env() -> dict:
             f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
         ),
         "TORUS_SHIPPER_READ_BYTES": "65536",
+        # a shipper killed holds its shards' leases until they expire: the next one started
+        # waits that long before it ships
+        "TORUS_SHIPPER_LEASE_SECONDS": "1",
     }
 
 

@@ -1,0 +1,129 @@
+"""Shippers share the shards by leases on the real Redis: each holds its share, a new one gets
+work, a dead one's shards pass to the survivor within seconds, and with two shippers running
+and one killed mid-stream every line is indexed once."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from apps.jobs.models import JobAttempt
+from apps.logs.models import LogCursor
+from apps.logs.shards import ShardLeases
+from apps.tenancy.models import Role
+from tests.factories import make_job
+from tests.logs.conftest import count
+from tests.logs.test_shipper import ROOT, _shipper_env, finish, write
+
+
+@pytest.fixture
+def leases():
+    made = []
+
+    def make(**kwargs) -> ShardLeases:
+        made.append(ShardLeases(**kwargs))
+        return made[-1]
+
+    yield make
+    for shards in made:
+        shards.release()
+
+
+def test_shippers_split_the_shards_and_a_dead_ones_pass_on(leases):
+    a = leases(shards=8, ttl=1)
+    assert a.refresh(force=True) == set(range(8))  # alone: all of them
+    b = leases(shards=8, ttl=1)
+    assert b.refresh(force=True) == set()  # all held; a gives its extra back on its renewal
+    assert len(a.refresh(force=True)) == 4
+    held_b = b.refresh(force=True)
+    assert len(held_b) == 4 and not held_b & a.held
+    assert all(a.owns(uuid.UUID(int=n)) and not b.owns(uuid.UUID(int=n)) for n in a.held)
+
+    time.sleep(1.2)  # a stops renewing (dead): its member entry and its leases expire
+    assert b.refresh(force=True) == set(range(8))
+    assert a.refresh(force=True) == set()  # back from a pause: what it held is b's now
+
+    b.release()  # a clean stop gives everything back at once
+    assert a.refresh(force=True) == set(range(8))
+
+
+def _attempts(acme, cluster, tmp_path, n: int) -> list[JobAttempt]:
+    made = []
+    for i in range(n):
+        job = make_job(
+            project=acme.project, user=acme.users[Role.MEMBER], state="RUNNING", cluster=cluster
+        )
+        made.append(
+            JobAttempt.objects.create(
+                job=job,
+                number=1,
+                state="RUNNING",
+                nodes=["n1"],
+                stdout_path=str(tmp_path / f"{i}.out"),
+                stderr_path=str(tmp_path / f"{i}.err"),
+            )
+        )
+    return made
+
+
+def _shipper(env: dict) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "manage.py", "run_shipper"],
+        cwd=ROOT,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_shippers_one_killed_mid_stream_lose_and_double_nothing(es, acme, cluster, tmp_path):
+    attempts = _attempts(acme, cluster, tmp_path, 8)
+    env = {**_shipper_env(), "TORUS_SHIPPER_SHARDS": "8", "TORUS_SHIPPER_LEASE_SECONDS": "2"}
+    env["TORUS_SHIPPER_READS_PER_PASS"] = "1"  # 64 KiB per stream a pass: still busy at the kill
+    first, second = _shipper(env), _shipper(env)
+    lines = 0
+    try:
+        for round_ in range(12):  # the jobs keep writing while shippers come and go
+            for attempt in attempts:
+                write(attempt, b"".join(b"r%d line %d\n" % (round_, i) for i in range(2000)))
+            lines += 2000 * len(attempts)
+            if round_ == 4:
+                assert any(f":{first.pid}:" in holder for holder in _holders(8))
+                os.killpg(first.pid, signal.SIGKILL)
+                first.wait()
+                killed_at = {a.pk: _offset(a) for a in attempts}
+            time.sleep(0.5)
+        for attempt in attempts:
+            finish(attempt)
+        deadline = time.monotonic() + 120
+        while LogCursor.objects.filter(attempt__in=attempts, complete=True).count() < 16:
+            assert second.poll() is None, "the surviving shipper exited"
+            assert time.monotonic() < deadline, "the survivor did not take the dead one's shards"
+            time.sleep(0.5)
+    finally:
+        for shipper in (first, second):
+            if shipper.poll() is None:
+                os.killpg(shipper.pid, signal.SIGKILL)
+                shipper.wait()
+    # every stream moved on after the kill (the dead shipper's ones too) and every line is
+    # there once: ids by offset make a line shipped twice one document
+    assert all(_offset(a) > killed_at[a.pk] for a in attempts)
+    assert sum(count(attempt=a) for a in attempts) == lines
+    for attempt in attempts:
+        assert count(attempt=attempt, query="r11 line 1999") == 1
+
+
+def _holders(shards: int) -> list[str]:
+    leases = ShardLeases(shards=shards, ttl=1).leases  # (reads only: takes nothing)
+    return [lease.current_holder() or "" for lease in leases]
+
+
+def _offset(attempt: JobAttempt) -> int:
+    cursor = LogCursor.objects.filter(attempt=attempt, stream="stdout").first()
+    return cursor.offset if cursor else 0
