@@ -17,7 +17,8 @@ export TORUS_SECRET_KEY ?= $(shell mkdir -p .var && test -s .var/secret-key || \
 	cat .var/secret-key)
 export DJANGO_SETTINGS_MODULE := config.settings
 
-.PHONY: help up down test lint bench services migrate static seed venv examples-venv engines ui ui-test
+.PHONY: help up down test lint bench services migrate static seed venv examples-venv engines ui ui-test \
+	backup restore
 
 help:
 	@echo "make up     run the platform (services, migrations, demo data, web, worker, beat)"
@@ -25,6 +26,8 @@ help:
 	@echo "make down   stop the platform and its services"
 	@echo "make lint   ruff check and ruff format --check"
 	@echo "make bench  run the benchmarks beside their peers (results in bench/results/)"
+	@echo "make backup            dump the platform's PostgreSQL database to .var/backups/ (docs/backup.md)"
+	@echo "make restore FILE=...  restore such a dump into it (stop the portal first: scripts/portal stop)"
 
 # python-ldap (for django-auth-ldap) builds from source: a compiler and the OpenLDAP and SASL
 # headers; and Debian's venv module for the virtualenvs. Installed with apt-get when missing
@@ -149,3 +152,11 @@ test: venv examples-venv engines services static lint ui-test
 bench: venv services
 	mkdir -p bench/results
 	$(BIN)/python bench/run_all.py
+
+# The platform's PostgreSQL database (docs/backup.md): a pg_dump archive, and back from one.
+backup:
+	scripts/pg-backup backup $(if $(FILE),"$(FILE)")
+
+restore:
+	@[ -n "$(FILE)" ] || { echo "usage: make restore FILE=<dump> (stop the portal first: scripts/portal stop)" >&2; exit 1; }
+	scripts/pg-backup restore "$(FILE)"
