@@ -99,6 +99,7 @@ engines: venv
 
 services:
 	platform/services/up
+	scripts/web-proxy install
 
 migrate: venv services static
 	$(BIN)/python manage.py migrate --noinput
@@ -133,7 +134,9 @@ seed: migrate
 up: seed engines
 	scripts/portal start
 	@echo
-	@echo "Torus is running at http://127.0.0.1:$${TORUS_PORT:-8000}/  (API docs: /api/docs/)"
+	@if [ "$${TORUS_SCALE:-1}" -gt 1 ]; then url=https://127.0.0.1:$${TORUS_TLS_PORT:-8443}/; \
+	else url=http://127.0.0.1:$${TORUS_PORT:-8000}/; fi; \
+	echo "Torus is running at $$url  (API docs: /api/docs/; TORUS_SCALE=$${TORUS_SCALE:-1})"
 	@echo "Demo login: acme-owner / torus-demo-pass  (also acme-admin, acme-member, acme-viewer, globex-*)"
 	@echo "Demo API tokens: $(TORUS_VAR_DIR)/demo.json   Logs: $(TORUS_VAR_DIR)/log/"
 

@@ -147,8 +147,19 @@ STORAGES = {
 WHITENOISE_IMMUTABLE_FILE_TEST = r"^/static/ui/assets/.+-[A-Za-z0-9_-]{8}\.\w+$"
 
 SESSION_COOKIE_HTTPONLY = True
-SESSION_COOKIE_SECURE = env_bool("TORUS_SECURE_COOKIES", False)
+# TORUS_TLS: served only over HTTPS behind a proxy that ends TLS and sets X-Forwarded-Proto
+# (scripts/web-proxy; scripts/portal sets it with TORUS_SCALE > 1): secure cookies, HSTS, plain
+# HTTP redirected (not the probes: the proxy's health checks and orchestrators call them).
+TORUS_TLS = env_bool("TORUS_TLS", False)
+SESSION_COOKIE_SECURE = env_bool("TORUS_SECURE_COOKIES", TORUS_TLS)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+if TORUS_TLS:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = True
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
+    SECURE_HSTS_SECONDS = env_int("TORUS_HSTS_SECONDS", 31536000, minimum=0)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("TORUS_HSTS_INCLUDE_SUBDOMAINS", True)
+    SECURE_HSTS_PRELOAD = env_bool("TORUS_HSTS_PRELOAD", True)
 
 # Requests with a larger body are refused with 413 before any view reads them.
 TORUS_MAX_BODY_BYTES = env_int("TORUS_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
