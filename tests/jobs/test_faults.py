@@ -9,13 +9,12 @@ import time
 from pathlib import Path
 
 import pytest
-from django.conf import settings
-from django.db import connection
 
 from apps.jobs import dispatch
 from apps.jobs.models import AttemptState, Job, JobAttempt
 from apps.tenancy.models import Role
 from tests.jobs.conftest import drive, output, running_node, slurm, slurm_jobs_tagged, submit
+from tests.stack import portal_env
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = ROOT / "platform" / "services"
@@ -104,17 +103,7 @@ def test_running_jobs_are_followed_across_a_slurmctld_restart(acme, slurm_cluste
 
 
 def _worker_env() -> dict:
-    db = connection.settings_dict
-    return {
-        **os.environ,
-        "TORUS_DATABASE_URL": (
-            f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
-        ),
-        "TORUS_REDIS_DB_BASE": str(settings.REDIS_DB_BASE),
-        "TORUS_JOB_ROOT": settings.TORUS_JOB_ROOT,
-        "TORUS_DISPATCH_THREADS": "1",
-        "TORUS_DISPATCH_GRACE_SECONDS": "2",
-    }
+    return portal_env(TORUS_DISPATCH_THREADS="1", TORUS_DISPATCH_GRACE_SECONDS="2")
 
 
 @pytest.mark.usefixtures("slurm_cluster")

@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import pytest
-from django.db import connection
 
 from apps.jobs.models import JobAttempt
 from apps.logs.models import LogCursor
@@ -18,6 +17,7 @@ from apps.logs.shipper import ship_pass
 from apps.tenancy.models import Role
 from tests.factories import make_job
 from tests.logs.conftest import count
+from tests.stack import portal_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -113,17 +113,9 @@ def test_a_line_longer_than_a_read_is_shipped_once_truncated(es, attempt, settin
 
 
 def _shipper_env() -> dict:
-    db = connection.settings_dict
-    return {
-        **os.environ,
-        "TORUS_DATABASE_URL": (
-            f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
-        ),
-        "TORUS_SHIPPER_READ_BYTES": "65536",
-        # a shipper killed holds its shards' leases until they expire: the next one started
-        # waits that long before it ships
-        "TORUS_SHIPPER_LEASE_SECONDS": "1",
-    }
+    # a shipper killed holds its shards' leases until they expire: the next one started
+    # waits that long before it ships
+    return portal_env(TORUS_SHIPPER_READ_BYTES="65536", TORUS_SHIPPER_LEASE_SECONDS="1")
 
 
 @pytest.mark.django_db(transaction=True)

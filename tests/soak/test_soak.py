@@ -1,0 +1,242 @@
+"""A soak with faults, accounted like Jepsen: two of every portal tier (tests/stack.py) on the
+real services run a mixed workload (researchers submitting jobs that print log lines and
+metrics through the TLS proxy, others listing jobs and searching logs) while a web server, a
+worker, a shipper, beat, slurmctld, a slurmd and the Elasticsearch node are each SIGKILLed
+once, in random order, and started again. At the end:
+
+- every job the API accepted (201) is in the database once, and nothing else is: a request
+  cut by a kill (no answer) may have created its job or not, never two;
+- every job ran to SUCCEEDED, each attempt was one Slurm job, and one Slurm job per job
+  completed (none lost, none run twice);
+- every line the attempts wrote is one document in Elasticsearch, and every metric line one
+  stored point.
+
+TORUS_SOAK_SECONDS sets the workload's length (180 in `make test`; the figures of a longer
+run are in bench/README.md)."""
+
+import os
+import random
+import signal
+import subprocess
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import pytest
+
+from apps.jobs.models import Job, JobAttempt
+from apps.logs.metrics import parse_metric_line
+from apps.logs.models import JobMetric
+from apps.tenancy.models import Role
+from tests.jobs.conftest import slurm
+from tests.logs.conftest import count
+from tests.stack import ROOT, Stack, portal_env
+
+SECONDS = int(os.environ.get("TORUS_SOAK_SECONDS", "180"))
+SERVICES = ROOT / "platform" / "services"
+# 40 plain lines and 20 metric lines on stdout, 5 on stderr, over about two seconds
+JOB_SCRIPT = (
+    'for i in $(seq 1 20); do echo "soak $SLURM_JOB_ID line $i"; '
+    'echo "torus-metric step=$i loss=0.$i"; echo "more $i"; sleep 0.1; done; '
+    'for i in 1 2 3 4 5; do echo "warn $i" >&2; done'
+)
+FAULTS = ("web", "worker", "shipper", "beat", "slurmctld", "slurmd", "elasticsearch")
+# TORUS_SOAK_FAULTS: a comma-separated subset (all of them in `make test`)
+FAULTS = tuple(os.environ.get("TORUS_SOAK_FAULTS", ",".join(FAULTS)).split(","))
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+class Ledger:
+    """What the clients saw: ids of jobs accepted, names of requests that got no answer."""
+
+    def __init__(self) -> None:
+        self.accepted: dict[str, str] = {}  # job id -> name
+        self.unknown: set[str] = set()  # names whose request was cut
+        self.refused: list[tuple[int, str]] = []  # 4xx: a bug here
+        self.reads = Counter()
+        self.lock = threading.Lock()
+
+
+def _submit_loop(stack, ledger, *, who, token, project, stop) -> None:
+    headers = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=stack.base, verify=stack.verify, headers=headers) as api:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            name = f"soak-{who}-{n}"
+            body = {"project": str(project.pk), "name": name}
+            body["command"] = ["bash", "-c", JOB_SCRIPT]
+            try:
+                response = api.post("/api/v1/jobs/", json=body, timeout=30)
+            except httpx.HTTPError:
+                response = None
+            with ledger.lock:
+                if response is not None and response.status_code == 201:
+                    ledger.accepted[response.json()["id"]] = name
+                elif response is None or response.status_code >= 500:
+                    ledger.unknown.add(name)
+                else:
+                    ledger.refused.append((response.status_code, response.text[:300]))
+            stop.wait(0.7)
+
+
+def _read_loop(stack, ledger, *, token, project, stop) -> None:
+    headers = {"Authorization": f"Bearer {token}"}
+    paths = [
+        f"/api/v1/jobs/?project={project.pk}",
+        f"/api/v1/logs/search/?q=soak&project={project.pk}",
+    ]
+    with httpx.Client(base_url=stack.base, verify=stack.verify, headers=headers) as api:
+        while not stop.is_set():
+            for path in paths:
+                kind = path.split("?")[0]
+                try:
+                    status = api.get(path, timeout=30).status_code
+                except httpx.HTTPError:
+                    status = "no answer"
+                with ledger.lock:
+                    ledger.reads[(kind, status)] += 1
+            stop.wait(0.5)
+
+
+def _pid_file(path: Path) -> int:
+    return int(path.read_text().split()[0])
+
+
+def _inject(stack, fault: str, rng) -> None:
+    """SIGKILL one part, then start it again."""
+    n = rng.choice((1, 2))
+    if fault in ("web", "worker", "shipper", "beat"):
+        stack.kill(f"{fault}{n}")
+        time.sleep(rng.uniform(1, 4))
+        stack.start(f"{fault}{n}")
+    elif fault == "slurmctld":
+        os.kill(_pid_file(ROOT / ".var/run/slurm-slurmctld.pid"), signal.SIGKILL)
+        time.sleep(rng.uniform(1, 4))
+        subprocess.run([SERVICES / "up", "slurm"], check=True, capture_output=True, timeout=180)
+    elif fault == "slurmd":
+        node = rng.choice(("n1", "n2", "n3"))
+        os.kill(_pid_file(ROOT / f".var/run/slurm-slurmd-{node}.pid"), signal.SIGKILL)
+        time.sleep(rng.uniform(1, 4))
+        subprocess.run([SERVICES / "up", "slurm"], check=True, capture_output=True, timeout=180)
+        slurm("scontrol", "update", f"nodename={node}", "state=resume", check=False)
+    else:
+        es = SERVICES / "components" / "elasticsearch"
+        os.kill(_pid_file(ROOT / ".var/elasticsearch/run/elasticsearch.pid"), signal.SIGKILL)
+        time.sleep(rng.uniform(1, 4))
+        subprocess.run([es, "start"], check=True, capture_output=True, timeout=300)
+        subprocess.run([es, "wait"], check=True, capture_output=True, timeout=300)
+
+
+def _lines(attempt: JobAttempt) -> tuple[int, int]:
+    """(lines, metric lines) the attempt wrote, from its files."""
+    lines = metrics = 0
+    for path in (attempt.stdout_path, attempt.stderr_path):
+        if path and Path(path).exists():
+            for line in Path(path).read_text(errors="replace").splitlines():
+                lines += 1
+                metrics += parse_metric_line(line) is not None
+    return lines, metrics
+
+
+def _slurm_jobs(since: str) -> dict[str, list[str]]:
+    """Slurm's accounting: tag (torus:<attempt>) -> the states of the Slurm jobs with it."""
+    out = slurm("sacct", "-X", "-n", "-P", "-a", "-S", since, "-o", "JobID,Comment,State")
+    tagged: dict[str, list[str]] = {}
+    for line in out.splitlines():
+        _, comment, state = line.split("|", 2)
+        if comment.startswith("torus:"):
+            tagged.setdefault(comment, []).append(state.split()[0])
+    return tagged
+
+
+def _wait_for(what: str, condition, *, timeout: float):
+    deadline = time.monotonic() + timeout
+    while not (result := condition()):
+        assert time.monotonic() < deadline, what
+        time.sleep(1)
+    return result
+
+
+def test_a_soak_with_every_tier_killed_loses_and_doubles_nothing(es, acme, slurm_cluster, tmp_path):
+    rng = random.Random(os.environ.get("TORUS_SOAK_SEED", "soak"))
+    since = time.strftime("%Y-%m-%dT%H:%M:%S")
+    env = portal_env(
+        TORUS_BEAT_LEASE_SECONDS="3",
+        TORUS_SHIPPER_LEASE_SECONDS="3",
+        TORUS_LOST_AFTER_SECONDS="30",
+        TORUS_RECONCILE_SECONDS="1",
+    )
+    ledger, stop = Ledger(), threading.Event()
+    kinds = ("web", "worker", "beat", "shipper")
+    with Stack(tmp=tmp_path, env=env, scale=2, kinds=kinds) as stack:
+        clients = [
+            threading.Thread(target=loop, kwargs=kwargs, daemon=True)
+            for loop, kwargs in [
+                (_submit_loop, {"who": "m", "token": acme.tokens[Role.MEMBER]}),
+                (_submit_loop, {"who": "a", "token": acme.tokens[Role.ADMIN]}),
+                (_read_loop, {"token": acme.tokens[Role.VIEWER]}),
+            ]
+        ]
+        for thread in clients:
+            thread._kwargs.update(stack=stack, ledger=ledger, project=acme.project, stop=stop)
+            thread.start()
+        started, faults = time.monotonic(), rng.sample(FAULTS, len(FAULTS))
+        try:
+            for i, fault in enumerate(faults, 1):  # spread over the run, in random order
+                time.sleep(max(0.0, started + i * SECONDS / (len(faults) + 1) - time.monotonic()))
+                _inject(stack, fault, rng)
+            time.sleep(max(0.0, started + SECONDS - time.monotonic()))
+        finally:
+            stop.set()
+            for thread in clients:
+                thread.join(timeout=60)
+        jobs = Job.objects.filter(project=acme.project, name__startswith="soak-")
+        _wait_for(
+            "every job to end",
+            lambda: not jobs.exclude(state__in=("SUCCEEDED", "FAILED", "CANCELLED")).exists(),
+            timeout=300,
+        )
+        attempts = JobAttempt.objects.filter(job__in=jobs)
+        _wait_for(
+            "the shippers to ship every attempt",
+            lambda: not attempts.filter(logs_shipped=False).exclude(stdout_path="").exists(),
+            timeout=300,
+        )
+    print(f"soak: {len(ledger.accepted)} accepted, {len(ledger.unknown)} cut, faults {faults}")
+    print(f"soak: reads {dict(ledger.reads)}")
+
+    # the API's word against the database's
+    assert not ledger.refused, ledger.refused[:5]
+    names = Counter(jobs.values_list("name", flat=True))
+    assert set(ledger.accepted) <= {str(pk) for pk in jobs.values_list("pk", flat=True)}
+    assert [name for name, times in names.items() if times > 1] == []  # none twice
+    assert set(names) <= set(ledger.accepted.values()) | ledger.unknown  # none made up
+    assert len(ledger.accepted) > SECONDS // 2  # the workload went on through the faults
+
+    # the database's word against Slurm's
+    states = Counter(jobs.values_list("state", flat=True))
+    assert states == {"SUCCEEDED": jobs.count()}, [
+        (job.name, job.state, job.state_reason) for job in jobs.exclude(state="SUCCEEDED")[:5]
+    ]
+
+    def slurm_agrees():
+        tagged = _slurm_jobs(since)
+        for attempt in attempts.exclude(backend_id=""):
+            if len(tagged.get(attempt.tag, [])) != 1:
+                return None
+        return tagged
+
+    tagged = _wait_for("Slurm's accounting to list every attempt once", slurm_agrees, timeout=60)
+    for job in jobs.prefetch_related("attempts"):
+        ran = [tagged[a.tag][0] for a in job.attempts.all() if a.tag in tagged]
+        assert ran.count("COMPLETED") == 1, (job.name, ran)
+
+    # lines written = documents indexed; metric lines = stored points
+    for attempt in attempts:
+        lines, metric_lines = _lines(attempt)
+        assert count(attempt=attempt) == lines, attempt.pk
+        assert JobMetric.objects.filter(attempt=attempt).count() == metric_lines, attempt.pk
