@@ -271,6 +271,9 @@ def _advance(
     return bool(moved)
 
 
+_unreadable: set = set()  # (attempt, stream) already reported, once per process
+
+
 def ship_pass(*, shards: ShardLeases | None = None) -> PassStats:
     stats = PassStats()
     for attempt, stream in _active_attempts(shards=shards):
@@ -283,6 +286,11 @@ def ship_pass(*, shards: ShardLeases | None = None) -> PassStats:
                 attempt.refresh_from_db(fields=["state"])
         except ClusterUnavailable as exc:  # its cluster's log source did not answer
             logger.warning("logs of attempt %s unavailable now: %s", attempt.pk, exc)
+            continue
+        except OSError as exc:  # a file this shipper may not read: the others still ship
+            if (attempt.pk, stream) not in _unreadable:
+                _unreadable.add((attempt.pk, stream))
+                logger.error("cannot read the %s of attempt %s: %s", stream, attempt.pk, exc)
             continue
         except (IntegrityError, JobAttempt.DoesNotExist):
             # its job was deleted while we shipped it (its cursor or metric rows cannot be

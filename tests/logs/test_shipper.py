@@ -232,6 +232,20 @@ def test_a_job_deleted_while_its_logs_ship_does_not_stop_the_shipper(es, attempt
     assert not LogCursor.objects.filter(attempt_id=attempt.pk).exists()
 
 
+def test_a_stream_it_cannot_read_does_not_stop_the_others(es, attempt, tmp_path, caplog):
+    """A file the shipper may not read (here: a directory where the log should be) is
+    reported once and skipped; the other streams ship (the shipper process used to die)."""
+    Path(attempt.stderr_path).mkdir()
+    write(attempt, b"still shipped\n")
+    ship_pass()
+    ship_pass()
+    assert count(attempt=attempt, query="still shipped") == 1
+    assert [r.message for r in caplog.records if "cannot read" in r.message] == [
+        f"cannot read the stderr of attempt {attempt.pk}: "
+        f"[Errno 21] Is a directory: '{attempt.stderr_path}'"
+    ]
+
+
 def test_retention_deletes_only_a_tenants_expired_days(es, acme, globex):
     from datetime import UTC, datetime, timedelta
 
