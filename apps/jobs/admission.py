@@ -26,6 +26,7 @@ from django.db import transaction
 from django.db.models import Count, Sum
 from django.utils import timezone
 
+from apps.core.bulk import bulk_update
 from apps.jobs import borrowing
 from apps.jobs.models import AttemptState, Job, JobAttempt, JobEvent
 from apps.jobs.priority import order_key, starving
@@ -240,7 +241,7 @@ def admit_tenant(*, tenant_id) -> list[Job]:
                 job.state_reason, job.queue_position = reason, position
                 changed.append(job)
         if changed:
-            Job.objects.bulk_update(changed, ["state_reason", "queue_position", "updated_at"])
+            bulk_update(changed, ["state_reason", "queue_position", "updated_at"])
         if admitted:
             attempts = attempts_open(jobs=admitted)
             events = []
@@ -252,7 +253,7 @@ def admit_tenant(*, tenant_id) -> list[Job]:
                     )
                 )
             events_record(events=events)
-            Job.objects.bulk_update(admitted, TRANSITION_FIELDS)
+            bulk_update(admitted, TRANSITION_FIELDS)
             for cluster_id in {job.cluster_id for job in admitted}:
                 transaction.on_commit(lambda c=cluster_id: request_dispatch(c))
     return admitted

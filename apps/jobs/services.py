@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from apps.compute.placement import candidate_clusters, choose_placement
 from apps.core.actor import Actor
+from apps.core.bulk import bulk_update
 from apps.core.exceptions import Conflict
 from apps.jobs import paths, submit_cache
 from apps.jobs.datasets import datasets_resolve
@@ -238,7 +239,7 @@ def attempts_open(*, jobs: list[Job], reason: str = "") -> list[JobAttempt]:
     attempts, changed = attempts_build(jobs=jobs, previous=previous, reason=reason)
     JobAttempt.objects.bulk_create(attempts)
     if changed:
-        Job.objects.bulk_update(changed, ["latest_checkpoint", "latest_checkpoint_at"])
+        bulk_update(changed, ["latest_checkpoint", "latest_checkpoint_at"])
     return attempts
 
 
