@@ -15,6 +15,7 @@ take the project's group (setgid directories), and the platform's unprivileged a
 
 import os
 import pwd
+import stat
 import subprocess
 from pathlib import Path
 
@@ -58,6 +59,13 @@ def _setfacl(path: Path, spec: str) -> None:
         raise StorageError(f"setfacl on {path}: {result.stderr.strip()}")
 
 
+def _half_made(path: Path, *, uid: int) -> bool:
+    """Made by us (mode 0700, our uid) but never handed to `uid`: a dispatcher killed between
+    the mkdir and the chown. Finished now, or the job could not write to it."""
+    st = path.lstat()
+    return st.st_uid == os.geteuid() != uid and stat.S_IMODE(st.st_mode) == 0o700
+
+
 def _directory(path: Path, *, uid: int, gid: int, mode: int, enforce: bool = False) -> None:
     """Create path (not its parents) owned uid:gid with mode. An existing directory keeps
     what it has unless `enforce`; a symlink or anything but a directory there is refused."""
@@ -66,7 +74,7 @@ def _directory(path: Path, *, uid: int, gid: int, mode: int, enforce: bool = Fal
     except FileExistsError:
         if path.is_symlink() or not path.is_dir():
             raise StorageError(f"{path} exists and is not a directory") from None
-        if not enforce:
+        if not enforce and not _half_made(path, uid=uid):
             return
     except OSError as exc:
         raise StorageError(f"cannot make {path}: {exc.strerror}") from exc

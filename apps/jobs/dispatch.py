@@ -19,6 +19,7 @@ from django.utils import timezone
 from apps.compute.backends import for_cluster
 from apps.compute.backends.base import ClusterUnavailable, Submission, SubmitRejected
 from apps.compute.models import AcceleratorType, Cluster
+from apps.core.bulk import bulk_update
 from apps.identity.directory import DirectoryUnavailable
 from apps.identity.services import IdentityError, JobIdentity, job_identity
 from apps.identity.storage import StorageError, job_tree_ensure, project_tree_ensure
@@ -37,22 +38,23 @@ def _b64(value: str) -> str:
     return base64.b64encode(value.encode()).decode()
 
 
-def prepare(attempt: JobAttempt, *, cluster: Cluster, backend, known: dict) -> JobIdentity:
-    """Who the attempt runs as (made on first need), and its directories in the tenant's
-    tree owned by that user, before the backend sees it. `known` keeps the identities of
-    one dispatch pass by (user, project)."""
-    job = attempt.job
-    key = (job.user_id, job.project_id)
-    identity = known.get(key)
-    if identity is None:
-        identity = job_identity(job=job, backend=backend, cluster=cluster)
-        from apps.jobs.admission import tenant_gpu_limit_sync  # here: an import cycle at the top
+def prepare_identity(*, job: Job, cluster: Cluster, backend) -> JobIdentity:
+    """Who a job runs as (made on first need), its tenant's GPU limit on the cluster and its
+    project's tree: once per (user, project) a dispatch pass."""
+    identity = job_identity(job=job, backend=backend, cluster=cluster)
+    from apps.jobs.admission import tenant_gpu_limit_sync  # here: an import cycle at the top
 
-        tenant_gpu_limit_sync(cluster=cluster, backend=backend, tenant=job.tenant)
-        project_tree_ensure(
-            project=job.project, tenant_gid=identity.tenant_gid, project_gid=identity.gid
-        )
-        known[key] = identity
+    tenant_gpu_limit_sync(cluster=cluster, backend=backend, tenant=job.tenant)
+    project_tree_ensure(
+        project=job.project, tenant_gid=identity.tenant_gid, project_gid=identity.gid
+    )
+    return identity
+
+
+def prepare(attempt: JobAttempt, *, cluster: Cluster, identity: JobIdentity) -> None:
+    """The attempt's directories in the tenant's tree owned by its user, its datasets and
+    model, before the backend sees it."""
+    job = attempt.job
     job_tree_ensure(
         job_dir=paths.job_dir(job),
         attempt_dir=paths.attempt_dir(job, attempt.number),
@@ -66,7 +68,6 @@ def prepare(attempt: JobAttempt, *, cluster: Cluster, backend, known: dict) -> J
         from apps.serving.replicas import serve_prepare
 
         serve_prepare(job=job)
-    return identity
 
 
 def accelerator_resources() -> dict[str, str]:
@@ -217,10 +218,8 @@ def mark_submitted_many(*, submitted: dict, adopted: bool = False, via: str = "c
                     )
                 )
                 moved.append(job)
-        JobAttempt.objects.bulk_update(
-            attempts, ["state", "backend_id", "submitted_at", "updated_at"]
-        )
-        Job.objects.bulk_update(moved, TRANSITION_FIELDS)
+        bulk_update(attempts, ["state", "backend_id", "submitted_at", "updated_at"])
+        bulk_update(moved, TRANSITION_FIELDS)
         events_record(events=events)
 
 
@@ -297,6 +296,14 @@ def claim(*, cluster: Cluster, limit: int) -> list:
     return ids
 
 
+class _NotPrepared(Exception):
+    """The attempt could not be prepared for now (the directory or storage away): it goes
+    back to the queue for a later pass."""
+
+
+_NOT_NOW = (DirectoryUnavailable, ClusterUnavailable, StorageError)
+
+
 def dispatch_cluster(*, cluster_id, limit: int = 500) -> int:
     """Submit every dispatchable attempt of a cluster; the number submitted."""
     cluster = Cluster.objects.get(pk=cluster_id)
@@ -314,44 +321,54 @@ def dispatch_cluster(*, cluster_id, limit: int = 500) -> int:
                 "job", "job__tenant", "job__project__tenant", "job__user"
             )
         )
-        requests = []
-        for attempt in attempts:
-            try:
-                identity = prepare(attempt, cluster=cluster, backend=backend, known=known)
-            except (IdentityError, SubmitRejected) as exc:
-                mark_rejected(attempt_id=attempt.pk, message=str(exc)[:1000])
-                continue
-            except (DirectoryUnavailable, ClusterUnavailable, StorageError) as exc:
-                release(attempt_id=attempt.pk, message=str(exc))
-                released = True  # not claimed again in this pass
-                continue
-            requests.append(
-                (attempt.pk, build_submission(attempt, cluster, identity, resources=resources))
-            )
+        for attempt in attempts:  # the identities first, once each (they may create users)
+            key = (attempt.job.user_id, attempt.job.project_id)
+            if key not in known:
+                try:
+                    known[key] = prepare_identity(job=attempt.job, cluster=cluster, backend=backend)
+                except (IdentityError, SubmitRejected, *_NOT_NOW) as exc:
+                    known[key] = exc  # each of its attempts says so below
 
-        def submit(item):
-            attempt_id, submission = item
+        def submit(attempt):
+            """Prepare and submit one attempt (in a pool thread: one attempt's directories
+            and files are made while another's request is on the wire)."""
             try:
-                return attempt_id, backend.submit(submission), None
-            except (ClusterUnavailable, SubmitRejected) as exc:
-                return attempt_id, None, exc
-            finally:  # a backend may read the database; the pool's thread exits after the pass
+                try:
+                    identity = known[(attempt.job.user_id, attempt.job.project_id)]
+                    if isinstance(identity, Exception):
+                        raise identity
+                    prepare(attempt, cluster=cluster, identity=identity)
+                    submission = build_submission(attempt, cluster, identity, resources=resources)
+                except (IdentityError, SubmitRejected) as exc:
+                    return attempt.pk, None, SubmitRejected(str(exc))
+                except _NOT_NOW as exc:
+                    return attempt.pk, None, _NotPrepared(str(exc))
+                try:
+                    return attempt.pk, backend.submit(submission), None
+                except (ClusterUnavailable, SubmitRejected) as exc:
+                    return attempt.pk, None, exc
+            finally:  # the pool's thread exits after the pass: its connection goes back
                 connection.close()
 
         with ThreadPoolExecutor(max_workers=settings.TORUS_DISPATCH_THREADS) as pool:
-            results = list(pool.map(submit, requests))
+            results = list(pool.map(submit, attempts))
+        for attempt_id, _, error in results:
+            if isinstance(error, _NotPrepared):
+                release(attempt_id=attempt_id, message=str(error))
+                released = True  # not claimed again in this pass
         accepted = {attempt_id: backend_id for attempt_id, backend_id, _ in results if backend_id}
         mark_submitted_many(submitted=accepted, via=backend.display_name)
         total += len(accepted)
         for attempt_id, backend_id, error in results:
-            if backend_id:
+            if backend_id or isinstance(error, _NotPrepared):
                 continue
             if isinstance(error, SubmitRejected):
                 mark_rejected(attempt_id=attempt_id, message=str(error)[:1000])
             else:  # unknown outcome: stays SUBMITTING; recover_submitting decides later
                 logger.warning("submit of attempt %s unconfirmed: %s", attempt_id, error)
-        if any(
-            error is not None and not isinstance(error, SubmitRejected) for _, _, error in results
+        if len(ids) < limit or any(  # (fewer than asked: nothing is left to claim)
+            error is not None and not isinstance(error, SubmitRejected | _NotPrepared)
+            for _, _, error in results
         ):
             break
     return total

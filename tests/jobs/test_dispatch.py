@@ -52,7 +52,8 @@ def test_an_orphan_accepted_by_slurm_is_adopted_not_resubmitted(acme, slurm_clus
     )
     # The dispatcher "dies" after Slurm accepted the job, before recording its id.
     backend = for_cluster(slurm_cluster)
-    identity = dispatch.prepare(attempt, cluster=slurm_cluster, backend=backend, known={})
+    identity = dispatch.prepare_identity(job=attempt.job, cluster=slurm_cluster, backend=backend)
+    dispatch.prepare(attempt, cluster=slurm_cluster, identity=identity)
     backend_id = backend.submit(dispatch.build_submission(attempt, slurm_cluster, identity))
     attempt.refresh_from_db()
     assert attempt.state == AttemptState.SUBMITTING and attempt.backend_id == ""

@@ -153,4 +153,5 @@ def test_worker_killed_mid_dispatch_loses_and_duplicates_nothing(acme, settings)
         assert attempt.state == AttemptState.SUBMITTED, attempt.state
         assert slurm_jobs_tagged(attempt.tag) == [attempt.backend_id]
     for job_id in ids:
-        assert drive(job_id).state == "SUCCEEDED"
+        finished = drive(job_id)
+        assert finished.state == "SUCCEEDED", finished.state_reason
