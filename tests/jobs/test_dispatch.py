@@ -1,13 +1,16 @@
 """Exactly-once dispatch and a reconciler whose cost does not grow with the number of jobs."""
 
 import os
+import socket
 import threading
 import time
 
+import pytest
 from django.db import connection
 from django.urls import reverse
 
 from apps.compute.backends import for_cluster
+from apps.compute.backends.base import ClusterUnavailable
 from apps.identity.storage import project_root
 from apps.jobs import dispatch, paths, reconcile
 from apps.jobs.models import AttemptState, Job, JobAttempt
@@ -75,6 +78,45 @@ def test_a_claim_slurm_never_saw_is_submitted_again(acme, slurm_cluster, setting
     attempt = JobAttempt.objects.get(pk=attempt_id)
     assert attempt.state == AttemptState.SUBMITTED
     assert slurm_jobs_tagged(attempt.tag) == [attempt.backend_id]
+
+
+def _prepared_submission(acme, cluster):
+    _queued(acme, 1, command=("true",))
+    (attempt_id,) = dispatch.claim(cluster=cluster, limit=10)
+    attempt = JobAttempt.objects.select_related("job__tenant", "job__project__tenant").get(
+        pk=attempt_id
+    )
+    identity = dispatch.prepare_identity(
+        job=attempt.job, cluster=cluster, backend=for_cluster(cluster)
+    )
+    dispatch.prepare(attempt, cluster=cluster, identity=identity)
+    return attempt, dispatch.build_submission(attempt, cluster, identity)
+
+
+def test_slurmrestd_not_reached_falls_back_to_sbatch_one_that_timed_out_does_not(
+    acme, slurm_cluster
+):
+    # a port where nothing listens: the request was never sent, sbatch submits it
+    slurm_cluster.config = {**slurm_cluster.config, "restd_url": "http://127.0.0.1:9"}
+    attempt, submission = _prepared_submission(acme, slurm_cluster)
+    backend_id = for_cluster(slurm_cluster).submit(submission)
+    assert slurm_jobs_tagged(attempt.tag) == [backend_id]
+
+    # a server that takes the request and never answers: it may have been done, so sbatch
+    # must not submit it again (it stays SUBMITTING for the dispatcher's recovery)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        port = silent.getsockname()[1]
+        slurm_cluster.config = {
+            **slurm_cluster.config,
+            "restd_url": f"http://127.0.0.1:{port}",
+            "timeout": 1,
+        }
+        attempt, submission = _prepared_submission(acme, slurm_cluster)
+        with pytest.raises(ClusterUnavailable, match="timed out"):
+            for_cluster(slurm_cluster).submit(submission)
+    assert slurm_jobs_tagged(attempt.tag) == []
 
 
 def test_reconciler_rpcs_do_not_grow_with_the_number_of_jobs(acme, slurm_cluster):

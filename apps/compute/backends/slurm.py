@@ -164,6 +164,10 @@ def _wait_status(raw) -> tuple[int | None, int | None]:
     return raw >> 8, (raw & 0x7F) or None
 
 
+class _RestdUnreachable(ClusterUnavailable):
+    """slurmrestd could not be connected to: the request was never sent."""
+
+
 class SlurmBackend:
     display_name = "Slurm"
     requeues_jobs = True  # a node failure or an operator's scontrol requeue
@@ -208,7 +212,9 @@ class SlurmBackend:
             response = self._client().request(
                 method, f"/slurm/{self.version}{path}", json=json, headers=headers
             )
-        except httpx.HTTPError as exc:
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # never sent: nothing done
+            raise _RestdUnreachable(f"slurmrestd at {self.url}: {exc}") from exc
+        except httpx.HTTPError as exc:  # sent, perhaps done: the outcome is unknown
             raise ClusterUnavailable(f"slurmrestd at {self.url}: {exc}") from exc
         try:
             body = response.json()
@@ -258,7 +264,11 @@ class SlurmBackend:
             body = self._call(
                 "POST", "/job/submit", json=render_request(submission), user=submission.user
             )
-        except ClusterUnavailable:
+        except _RestdUnreachable:
+            # sbatch only when slurmrestd was not reached. A request that timed out may still
+            # reach slurmctld: submitting again would run the job twice (the soak found it
+            # with slurmctld killed). That one stays SUBMITTING, and the dispatcher's
+            # recovery adopts or releases it once slurmctld answers (apps/jobs/dispatch.py).
             return self.submit_with_sbatch(submission)
         return str(body["job_id"])
 
