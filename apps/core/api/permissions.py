@@ -20,6 +20,7 @@ import uuid
 
 from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.http import Http404
+from rest_framework.exceptions import ValidationError as BodyError
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 
 from apps.core.actor import Actor
@@ -129,8 +130,12 @@ def write_scopes(view, request, actor: Actor) -> list:
     if field == "tenant":
         scopes = []
         for item in items:
+            ref = item.get("tenant")
+            if ref is not None and (not isinstance(ref, str) or "\x00" in ref):
+                # not a name PostgreSQL can even compare (NUL) or not a string at all
+                raise BodyError({"tenant": ["A tenant id or slug."]})
             try:
-                scopes.append(tenant_for_write(actor=actor, ref=item.get("tenant")))
+                scopes.append(tenant_for_write(actor=actor, ref=ref))
             except ValidationError:
                 if item.get("tenant") in (None, ""):
                     raise  # several tenants and none named: 400
@@ -144,8 +149,8 @@ def write_scopes(view, request, actor: Actor) -> list:
         except ValueError:
             message = "This field is required." if item.get(field) in (None, "") else "Not a UUID."
             errors[str(index)] = {field: [message]}
-    if errors:
-        raise ValidationError({items_key: errors} if items_key else errors["0"])
+    if errors:  # DRF's error: Django's cannot nest per-item messages (`jobs.0.project`)
+        raise BodyError({items_key: errors} if items_key else errors["0"])
     found = Project.objects.visible_to(actor).select_related("tenant").in_bulk(set(refs))
     if set(refs) - set(found):
         raise Http404("Project not found.")

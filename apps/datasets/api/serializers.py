@@ -51,7 +51,9 @@ class DatasetVersionSerializer(serializers.ModelSerializer):
     dataset_name = serializers.CharField(source="dataset.name", read_only=True)
     ref = serializers.SerializerMethodField()
     created_by = serializers.CharField(source="created_by.username", default=None, read_only=True)
-    source_attempt = serializers.UUIDField(source="source_attempt_id", read_only=True)
+    source_attempt = serializers.UUIDField(
+        source="source_attempt_id", read_only=True, allow_null=True
+    )
 
     class Meta:
         model = DatasetVersion

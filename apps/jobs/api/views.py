@@ -104,7 +104,14 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedV
         parameters=[OpenApiParameter("node", OpenApiTypes.STR)],
         responses=NodeCacheSerializer(many=True),
     )
-    @action(detail=False, methods=["get"], url_path="dataset-cache", policy_action="read")
+    @action(
+        detail=False,
+        methods=["get"],
+        url_path="dataset-cache",
+        policy_action="read",
+        pagination_class=None,  # one row per node, whole: not the jobs' paginated, filtered list
+        filter_backends=[],
+    )
     def dataset_cache(self, request):
         """The dataset cache per node, over the jobs the caller can see: files found in the
         cache (hits), files staged into it (misses), bytes staged and evicted."""

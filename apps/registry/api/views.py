@@ -159,7 +159,10 @@ class RegisteredModelViewSet(
         version.model = model  # loaded with its project and tenant
         return version
 
-    @extend_schema(request=VersionCreateSerializer, responses=ModelVersionSerializer(many=True))
+    @extend_schema(methods=["GET"], responses=ModelVersionSerializer(many=True))
+    @extend_schema(
+        methods=["POST"], request=VersionCreateSerializer, responses={201: ModelVersionSerializer}
+    )
     @action(
         detail=True,
         methods=["get", "post"],
@@ -250,7 +253,13 @@ class RegisteredModelViewSet(
         return Response(ModelVersionSerializer(version).data)
 
     @extend_schema(responses=ModelFileSerializer(many=True))
-    @action(detail=True, methods=["get"], url_path=f"{VERSION}/files", policy_action="read")
+    @action(
+        detail=True,
+        methods=["get"],
+        url_path=f"{VERSION}/files",
+        policy_action="read",
+        pagination_class=None,  # the whole manifest, a bare array
+    )
     def files(self, request, pk=None, number=None):
         """The version's manifest: path, size, sha256 of every file."""
         version = self._version(self.get_object(), number)
@@ -379,7 +388,7 @@ class RegisteredModelViewSet(
     # -- aliases --------------------------------------------------------------------------------
 
     @extend_schema(responses=AliasSerializer(many=True))
-    @action(detail=True, methods=["get"], policy_action="read")
+    @action(detail=True, methods=["get"], policy_action="read", pagination_class=None)
     def aliases(self, request, pk=None):
         model = self.get_object()
         rows = model.aliases.select_related("version").order_by("name")
@@ -405,8 +414,26 @@ class RegisteredModelViewSet(
         row = services.alias_set(actor=self.actor, model=model, name=alias, version=version)
         return Response(AliasSerializer(row).data)
 
-    @extend_schema(responses=OpenApiTypes.OBJECT)
-    @action(detail=True, methods=["get"], url_path="alias-history", policy_action="read")
+    @extend_schema(
+        responses=inline_serializer(
+            "AliasMove",
+            fields={
+                "alias": serializers.CharField(allow_null=True),
+                "from_version": serializers.IntegerField(allow_null=True),
+                "to_version": serializers.IntegerField(allow_null=True),
+                "actor": serializers.CharField(),
+                "at": serializers.DateTimeField(),
+            },
+            many=True,
+        )
+    )
+    @action(
+        detail=True,
+        methods=["get"],
+        url_path="alias-history",
+        policy_action="read",
+        pagination_class=None,  # a bare array of moves
+    )
     def alias_history(self, request, pk=None):
         """Every move of this model's aliases, oldest first (from the audit log)."""
         return Response(selectors.alias_history(actor=self.actor, model=self.get_object()))

@@ -3,6 +3,7 @@
 import uuid
 
 import django_filters
+from django import forms
 
 from apps.tenancy.models import (
     AccessToken,
@@ -23,6 +24,27 @@ class TenantFilterMixin(django_filters.FilterSet):
         field = "id" if is_uuid(value) else "slug"
         prefix = "" if path == "id" else f"{path}__"
         return queryset.filter(**{f"{prefix}{field}": value})
+
+
+class StrictBooleanField(forms.Field):
+    """true/false (or 1/0, any case); anything else is a 400, where Django's NullBooleanField
+    would read `?revoked=nonsense` as no filter at all (and `2`, `3` as true, false)."""
+
+    widget = forms.TextInput
+
+    def to_python(self, value):
+        text = str(value).strip().lower() if value is not None else ""
+        if text == "":
+            return None
+        if text in ("true", "1"):
+            return True
+        if text in ("false", "0"):
+            return False
+        raise forms.ValidationError("Must be true or false.", code="invalid")
+
+
+class StrictBooleanFilter(django_filters.BooleanFilter):
+    field_class = StrictBooleanField
 
 
 def is_uuid(value: str) -> bool:
@@ -62,10 +84,8 @@ class ProjectMemberFilter(TenantFilterMixin):
 
 class AccessTokenFilter(TenantFilterMixin):
     user = django_filters.CharFilter(field_name="user__username")
-    revoked = django_filters.BooleanFilter(
-        field_name="revoked_at", lookup_expr="isnull", exclude=True
-    )
-    read_only = django_filters.BooleanFilter()
+    revoked = StrictBooleanFilter(field_name="revoked_at", lookup_expr="isnull", exclude=True)
+    read_only = StrictBooleanFilter()
 
     class Meta:
         model = AccessToken

@@ -229,8 +229,14 @@ class AccessTokenCreatedSerializer(AccessTokenSerializer):
 
 class InvitationSerializer(StrictModelSerializer):
     tenant_id = serializers.UUIDField(read_only=True)
-    invited_by = serializers.CharField(source="invited_by.username", read_only=True, default=None)
-    accepted_by = serializers.CharField(source="accepted_by.username", read_only=True, default=None)
+    # e-mail or username: the other is "" (the e-mail's is no address, so no email format)
+    email = serializers.CharField(read_only=True, help_text="Empty when invited by username.")
+    invited_by = serializers.CharField(
+        source="invited_by.username", read_only=True, default=None, allow_null=True
+    )
+    accepted_by = serializers.CharField(
+        source="accepted_by.username", read_only=True, default=None, allow_null=True
+    )
     status = serializers.SerializerMethodField(help_text="pending, accepted, revoked or expired")
 
     class Meta:
@@ -300,7 +306,7 @@ class InvitationAcceptedSerializer(serializers.Serializer):
 class AuditEventSerializer(serializers.ModelSerializer):
     tenant_id = serializers.UUIDField(read_only=True)
     actor = serializers.CharField(source="actor_repr", read_only=True)
-    token_id = serializers.UUIDField(read_only=True)
+    token_id = serializers.UUIDField(read_only=True, allow_null=True)  # none for a session
 
     class Meta:
         model = AuditEvent

@@ -1,0 +1,214 @@
+"""The API fuzzed from its own OpenAPI schema (Schemathesis, loaded from the application at
+/api/schema/): every operation, as each role of one tenant and anonymously, with data that
+fits the schema and data that does not; then every object route with another tenant's objects.
+
+Checked on every response: no 5xx, the status code, the content type and the body all as the
+schema documents them, and data that breaks the schema rejected (4xx). Another tenant's object
+is a 404 on every object route, for every role, and nothing of that tenant changes.
+
+The tests run in pytest-django's `db` transaction (rolled back after each): `on_commit` work
+(job dispatch, webhook delivery, model import) never fires, so fuzzed submits stay rows in the
+database and never reach Slurm, Kubernetes or a worker.
+
+Nothing is excluded: the schema documents no streaming or websocket operation (the live log
+websocket, /ws/..., is not in it; the archive and download operations answer plain HTTP).
+"""
+
+import re
+import uuid
+
+import pytest
+import schemathesis
+from django.core.signals import request_finished, request_started
+from django.db import close_old_connections
+from hypothesis import HealthCheck, settings
+from schemathesis import GenerationMode
+from schemathesis.core.parameters import ParameterLocation
+from schemathesis.specs.openapi import checks as openapi_checks
+
+from apps.datasets.tasks import project_storage_ensure
+from apps.registry.models import RegisteredModel
+from apps.tenancy.models import Role
+from config.wsgi import application
+from tests.tenancy.test_route_walk import acme_objects, acme_state
+
+MAX_EXAMPLES = 6  # per operation and role, in the fuzzing phase (the coverage phase adds its own)
+CROSS_TENANT_EXAMPLES = 3
+
+schema = schemathesis.openapi.from_wsgi("/api/schema/", application)
+schema.config.generation.update(
+    modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE],
+    max_examples=MAX_EXAMPLES,
+    deterministic=True,  # the same cases every run: a failure reproduces
+    no_shrink=True,
+    with_security_parameters=False,  # each role's token is sent, never a generated header
+)
+# examples: the schema's own; coverage: boundaries and each kind of invalid value, per field
+schema.config.phases.update(phases=["examples", "coverage", "fuzzing"])
+
+# Valid requests only, to the operations on one object: whatever the body, another tenant's
+# object is a 404.
+object_routes = schemathesis.openapi.from_wsgi("/api/schema/", application).include(
+    path_regex=r"\{"
+)
+object_routes.config.generation.update(
+    modes=[GenerationMode.POSITIVE],
+    max_examples=CROSS_TENANT_EXAMPLES,
+    deterministic=True,
+    no_shrink=True,
+    with_security_parameters=False,
+)
+object_routes.config.phases.update(phases=["examples", "fuzzing"])
+
+RESPONSE_CHECKS = [
+    schemathesis.checks.not_a_server_error,
+    openapi_checks.status_code_conformance,
+    openapi_checks.content_type_conformance,
+    openapi_checks.response_schema_conformance,
+]
+CHECKS = [*RESPONSE_CHECKS, openapi_checks.negative_data_rejection]
+
+HYPOTHESIS = settings(
+    deadline=None,
+    # one tenant (the fixtures) per operation and role, shared by its examples
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+ROLES = [Role.OWNER, Role.ADMIN, Role.MEMBER, Role.VIEWER]
+# Platform infrastructure, not tenant data: every signed-in user reads it (docs/access.md).
+GLOBAL_SEGMENTS = {"clusters", "nodes", "accelerator-types"}
+# Values for the path parameters that are not the object's own key.
+OTHER_PARAMS = {"number": 1, "path": "model.bin", "alias": "production", "key_id": uuid.uuid4()}
+
+
+NEGATIVE = openapi_checks.negative_data_rejection
+STATUS = openapi_checks.status_code_conformance
+CONTENT_TYPE = openapi_checks.content_type_conformance
+BODY = openapi_checks.response_schema_conformance
+# Findings of this fuzzing left open (each named; see the report of issue 12): the check is off
+# for that operation only, every other check still runs there.
+# F1 DRF coerces body types: a CharField takes 0 as "0", a number field takes false.
+# F2 `default_cluster: ""` is taken as null where the schema says a non-empty string.
+# F3 failure-signatures/stats/ answers {"results": [...]} unpaginated but documents the list's
+#    ?page_size= (and ignores it: -1 is no 400).
+# F4 GET /models/{id}/versions/: the listing rows (card, metrics, params left out unless
+#    ?full=1) do not match the ModelVersion schema it documents.
+# F5 a webhook's `events` may be [] (rows made before the field was required); schema minItems 1.
+# F6 DELETE .../upload/ answers 200 with a body, documented 204.
+# F7 PUT .../files/{path}/ answers JSON, documented application/octet-stream.
+# F8 PUT .../upload/ without Content-Length answers 411, not documented.
+KNOWN = {
+    "POST /api/v1/datasets/{dataset_pk}/versions/": ([NEGATIVE], "F1"),
+    "DELETE /api/v1/datasets/{dataset_pk}/versions/{number}/upload/": ([STATUS], "F6"),
+    "PUT /api/v1/datasets/{dataset_pk}/versions/{number}/upload/": ([STATUS], "F8"),
+    "PATCH /api/v1/datasets/{id}/": ([NEGATIVE], "F1"),
+    "POST /api/v1/deployments/{id}/keys/": ([NEGATIVE], "F1"),
+    "PATCH /api/v1/failure-signatures/{id}/": ([NEGATIVE], "F1"),
+    "GET /api/v1/failure-signatures/stats/": ([NEGATIVE], "F3"),
+    "PATCH /api/v1/models/{id}/": ([NEGATIVE], "F1"),
+    "GET /api/v1/models/{id}/versions/": ([BODY], "F4"),
+    "PATCH /api/v1/models/{id}/versions/{number}/": ([NEGATIVE], "F1"),
+    "PUT /api/v1/models/{id}/versions/{number}/files/{path}/": ([CONTENT_TYPE], "F7"),
+    "PATCH /api/v1/projects/{id}/": ([NEGATIVE], "F2"),
+    "PATCH /api/v1/quotas/{id}/": ([NEGATIVE], "F1"),
+    "PATCH /api/v1/tenants/{id}/": ([NEGATIVE], "F2"),
+    "GET /api/v1/webhooks/": ([BODY], "F5"),
+    "GET /api/v1/webhooks/{id}/": ([BODY], "F5"),
+    "PATCH /api/v1/webhooks/{id}/": ([BODY], "F5"),
+}
+
+
+def checks_for(label: str, checks: list) -> list:
+    skipped, _finding = KNOWN.get(label, ([], None))
+    return [check for check in checks if check not in skipped]
+
+
+@pytest.fixture(autouse=True)
+def _keep_the_test_connection():
+    """Schemathesis calls the WSGI application itself, which (unlike Django's test client)
+    closes the database connection at each request's start and end: the test's transaction
+    would be gone. As the test client does, those handlers are off while a test runs."""
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    yield
+    request_started.connect(close_old_connections)
+    request_finished.connect(close_old_connections)
+
+
+def path_values(path: str, objects: dict) -> dict:
+    """The path parameters of `path` filled from `objects` (tests/tenancy/test_route_walk.py's
+    one object per resource): `/api/v1/models/{id}/versions/{number}/` -> the model's id."""
+    segment = path.split("/")[3]  # /api/v1/<segment>/...
+    names = re.findall(r"{(\w+)}", path)
+    if segment == "datasets" and "dataset_pk" in names:
+        version = objects["dataset-version"]
+        values = {"dataset_pk": version.dataset_id, "number": version.number}
+    elif segment == "lineage":
+        values = {"id": objects["dataset-version"].pk}
+    else:
+        values = {"id": objects[segment.removesuffix("s")].pk}
+    return {name: str(values.get(name, OTHER_PARAMS.get(name))) for name in names}
+
+
+def bearer(token: str | None) -> dict:
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+@pytest.fixture
+def acme_world(acme, cluster):
+    """acme with one object of every resource and its project's storage tree."""
+    project_storage_ensure(str(acme.project.pk))
+    objects = acme_objects(acme, cluster)
+    # its version 1 was made as a row: the next one the API makes is 2
+    RegisteredModel.objects.filter(pk=objects["model"].pk).update(last_number=1)
+    return acme, objects
+
+
+@pytest.fixture(params=[*ROLES, None], ids=lambda role: role or "anonymous")
+def role(request):
+    return request.param
+
+
+@schema.parametrize()
+@HYPOTHESIS
+def test_every_operation_as_each_role(case, role, acme_world):
+    acme, objects = acme_world
+    if case.path_parameters and not case.meta.is_negative_at(ParameterLocation.PATH):
+        case.path_parameters = path_values(case.path, objects)  # acme's own, not random ids
+    checks = checks_for(case.operation.label, CHECKS)
+    case.call_and_validate(headers=bearer(acme.tokens.get(role)), checks=checks)
+
+
+@pytest.fixture
+def globex_objects(globex, cluster):
+    return acme_objects(globex, cluster)
+
+
+@pytest.fixture(params=ROLES)
+def intruder(request, acme):
+    return bearer(acme.tokens[request.param])
+
+
+@object_routes.parametrize()
+@HYPOTHESIS
+def test_another_tenants_objects_are_404(case, intruder, globex, globex_objects):
+    before = acme_state(globex)
+    case.path_parameters = path_values(case.path, globex_objects)
+    checks = checks_for(case.operation.label, RESPONSE_CHECKS)
+    response = case.call_and_validate(headers=intruder, checks=checks)
+    where = (case.method, case.formatted_path, response.text)
+    if case.path.split("/")[3] in GLOBAL_SEGMENTS:
+        assert response.status_code == 200, where
+    elif response.status_code == 403:
+        # refused on the role alone, before any lookup (a viewer's upload): allowed only when
+        # an object that does not exist gets the very same answer, so nothing is told
+        case.path_parameters = {
+            name: str(uuid.uuid4()) if name in ("id", "dataset_pk") else value
+            for name, value in case.path_parameters.items()
+        }
+        unknown = case.call(headers=intruder)
+        assert (unknown.status_code, unknown.text) == (403, response.text), where
+    else:
+        assert response.status_code == 404, where
+        assert response.json()["error"]["code"] == "not_found"
+    assert acme_state(globex) == before
