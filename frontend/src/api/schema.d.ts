@@ -959,7 +959,7 @@ export interface paths {
             cookie?: never;
         };
         /** @description Every move of this model's aliases, oldest first (from the audit log). */
-        get: operations["v1_models_alias_history_retrieve"];
+        get: operations["v1_models_alias_history_list"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1599,6 +1599,14 @@ export interface components {
             /** Format: date-time */
             readonly updated_at: string;
         };
+        AliasMove: {
+            alias: string | null;
+            from_version: number | null;
+            to_version: number | null;
+            actor: string;
+            /** Format: date-time */
+            at: string;
+        };
         AliasSetRequest: {
             version: number;
         };
@@ -1642,7 +1650,7 @@ export interface components {
             readonly created_at: string;
             readonly actor: string;
             /** Format: uuid */
-            readonly token_id: string;
+            readonly token_id: string | null;
             readonly action: string;
             readonly target_type: string;
             readonly target_id: string;
@@ -1684,8 +1692,8 @@ export interface components {
             readonly project_slug: string;
             readonly name: string;
             readonly description: string;
-            readonly created_by: string;
-            readonly latest_version: number;
+            readonly created_by: string | null;
+            readonly latest_version: number | null;
             /** Format: date-time */
             readonly created_at: string;
             /** Format: date-time */
@@ -1762,9 +1770,9 @@ export interface components {
             readonly manifest_sha256: string;
             /** Format: date-time */
             readonly committed_at: string | null;
-            readonly created_by: string;
+            readonly created_by: string | null;
             /** Format: uuid */
-            readonly source_attempt: string;
+            readonly source_attempt: string | null;
             readonly notes: string;
             /** Format: date-time */
             readonly created_at: string;
@@ -1898,7 +1906,7 @@ export interface components {
             readonly id: string;
             readonly name: string;
             readonly prefix: string;
-            readonly created_by: string;
+            readonly created_by: string | null;
             /** Format: date-time */
             readonly revoked_at: string | null;
             /** Format: date-time */
@@ -1909,7 +1917,7 @@ export interface components {
             readonly id: string;
             readonly name: string;
             readonly prefix: string;
-            readonly created_by: string;
+            readonly created_by: string | null;
             /** Format: date-time */
             readonly revoked_at: string | null;
             /** Format: date-time */
@@ -2162,18 +2170,18 @@ export interface components {
             readonly id: string;
             /** Format: uuid */
             readonly tenant_id: string;
-            /** Format: email */
+            /** @description Empty when invited by username. */
             readonly email: string;
             readonly username: string;
             readonly role: components["schemas"]["TenantRoleEnum"];
             /** @description pending, accepted, revoked or expired */
             readonly status: string;
-            readonly invited_by: string;
+            readonly invited_by: string | null;
             /** Format: date-time */
             readonly expires_at: string;
             /** Format: date-time */
             readonly accepted_at: string | null;
-            readonly accepted_by: string;
+            readonly accepted_by: string | null;
             /** Format: date-time */
             readonly revoked_at: string | null;
             /** Format: date-time */
@@ -2207,18 +2215,18 @@ export interface components {
             readonly id: string;
             /** Format: uuid */
             readonly tenant_id: string;
-            /** Format: email */
+            /** @description Empty when invited by username. */
             readonly email: string;
             readonly username: string;
             readonly role: components["schemas"]["TenantRoleEnum"];
             /** @description pending, accepted, revoked or expired */
             readonly status: string;
-            readonly invited_by: string;
+            readonly invited_by: string | null;
             /** Format: date-time */
             readonly expires_at: string;
             /** Format: date-time */
             readonly accepted_at: string | null;
-            readonly accepted_by: string;
+            readonly accepted_by: string | null;
             /** Format: date-time */
             readonly revoked_at: string | null;
             /** Format: date-time */
@@ -2245,7 +2253,7 @@ export interface components {
             readonly gpus: number;
             readonly cpus: number;
             readonly memory_mb: number;
-            readonly cluster: string;
+            readonly cluster: string | null;
             readonly partition: string;
             readonly restart_count: number;
             readonly cancel_requested: boolean;
@@ -2319,7 +2327,7 @@ export interface components {
             readonly gpus: number;
             readonly cpus: number;
             readonly memory_mb: number;
-            readonly cluster: string;
+            readonly cluster: string | null;
             readonly partition: string;
             readonly restart_count: number;
             readonly cancel_requested: boolean;
@@ -2346,7 +2354,7 @@ export interface components {
             readonly from_state: string;
             readonly to_state: string;
             readonly reason: string;
-            readonly attempt: number;
+            readonly attempt: number | null;
         };
         /**
          * @description * `training` - Training
@@ -2562,7 +2570,7 @@ export interface components {
             readonly size_bytes: number;
             readonly manifest_sha256: string;
             readonly error: string;
-            readonly created_by: string;
+            readonly created_by: string | null;
             /** Format: date-time */
             readonly created_at: string;
             /** Format: date-time */
@@ -2646,19 +2654,6 @@ export interface components {
              */
             previous?: string | null;
             results: components["schemas"]["AccessToken"][];
-        };
-        PaginatedAliasList: {
-            /**
-             * Format: uri
-             * @example http://api.example.org/accounts/?cursor=cD00ODY%3D"
-             */
-            next?: string | null;
-            /**
-             * Format: uri
-             * @example http://api.example.org/accounts/?cursor=cj0xJnA9NDg3
-             */
-            previous?: string | null;
-            results: components["schemas"]["Alias"][];
         };
         PaginatedAuditEventList: {
             /**
@@ -2816,19 +2811,6 @@ export interface components {
             previous?: string | null;
             results: components["schemas"]["Membership"][];
         };
-        PaginatedModelFileList: {
-            /**
-             * Format: uri
-             * @example http://api.example.org/accounts/?cursor=cD00ODY%3D"
-             */
-            next?: string | null;
-            /**
-             * Format: uri
-             * @example http://api.example.org/accounts/?cursor=cj0xJnA9NDg3
-             */
-            previous?: string | null;
-            results: components["schemas"]["ModelFile"][];
-        };
         PaginatedModelVersionList: {
             /**
              * Format: uri
@@ -2841,19 +2823,6 @@ export interface components {
              */
             previous?: string | null;
             results: components["schemas"]["ModelVersion"][];
-        };
-        PaginatedNodeCacheList: {
-            /**
-             * Format: uri
-             * @example http://api.example.org/accounts/?cursor=cD00ODY%3D"
-             */
-            next?: string | null;
-            /**
-             * Format: uri
-             * @example http://api.example.org/accounts/?cursor=cj0xJnA9NDg3
-             */
-            previous?: string | null;
-            results: components["schemas"]["NodeCache"][];
         };
         PaginatedNodeList: {
             /**
@@ -3176,7 +3145,7 @@ export interface components {
             readonly aliases: {
                 [key: string]: number;
             };
-            readonly created_by: string;
+            readonly created_by: string | null;
             /** Format: date-time */
             readonly created_at: string;
             /** Format: date-time */
@@ -3197,7 +3166,7 @@ export interface components {
             readonly version: number;
             /** Format: uuid */
             readonly job: string | null;
-            readonly job_state: string;
+            readonly job_state: string | null;
             readonly host: string;
             readonly port: number | null;
             /** Format: date-time */
@@ -4037,6 +4006,15 @@ export interface operations {
             };
             /** @description Invalid input; `fields` names each bad field and why. */
             400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden: the session's CSRF check failed. */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5451,15 +5429,8 @@ export interface operations {
             query?: {
                 /** @description The pagination cursor value. */
                 cursor?: string;
-                /** @description Which field to use when ordering the results. */
-                ordering?: string;
                 /** @description Number of results to return per page. */
                 page_size?: number;
-                /**
-                 * @description * `open` - Open
-                 *     * `committed` - Committed
-                 */
-                state?: "committed" | "open";
             };
             header?: never;
             path: {
@@ -7059,24 +7030,8 @@ export interface operations {
             query?: {
                 /** @description The pagination cursor value. */
                 cursor?: string;
-                name?: string;
-                /** @description Which field to use when ordering the results. */
-                ordering?: string;
                 /** @description Number of results to return per page. */
                 page_size?: number;
-                project?: string;
-                /**
-                 * @description * `PENDING` - Pending
-                 *     * `STARTING` - Starting
-                 *     * `READY` - Ready
-                 *     * `DEGRADED` - Degraded
-                 *     * `IDLE` - Idle
-                 *     * `UPDATING` - Updating
-                 *     * `STOPPED` - Stopped
-                 *     * `FAILED` - Failed
-                 */
-                state?: "DEGRADED" | "FAILED" | "IDLE" | "PENDING" | "READY" | "STARTING" | "STOPPED" | "UPDATING";
-                tenant?: string;
             };
             header?: never;
             path: {
@@ -7183,24 +7138,8 @@ export interface operations {
             query?: {
                 /** @description The pagination cursor value. */
                 cursor?: string;
-                name?: string;
-                /** @description Which field to use when ordering the results. */
-                ordering?: string;
                 /** @description Number of results to return per page. */
                 page_size?: number;
-                project?: string;
-                /**
-                 * @description * `PENDING` - Pending
-                 *     * `STARTING` - Starting
-                 *     * `READY` - Ready
-                 *     * `DEGRADED` - Degraded
-                 *     * `IDLE` - Idle
-                 *     * `UPDATING` - Updating
-                 *     * `STOPPED` - Stopped
-                 *     * `FAILED` - Failed
-                 */
-                state?: "DEGRADED" | "FAILED" | "IDLE" | "PENDING" | "READY" | "STARTING" | "STOPPED" | "UPDATING";
-                tenant?: string;
             };
             header?: never;
             path: {
@@ -7312,28 +7251,7 @@ export interface operations {
     };
     v1_deployments_keys_create: {
         parameters: {
-            query?: {
-                /** @description The pagination cursor value. */
-                cursor?: string;
-                name?: string;
-                /** @description Which field to use when ordering the results. */
-                ordering?: string;
-                /** @description Number of results to return per page. */
-                page_size?: number;
-                project?: string;
-                /**
-                 * @description * `PENDING` - Pending
-                 *     * `STARTING` - Starting
-                 *     * `READY` - Ready
-                 *     * `DEGRADED` - Degraded
-                 *     * `IDLE` - Idle
-                 *     * `UPDATING` - Updating
-                 *     * `STOPPED` - Stopped
-                 *     * `FAILED` - Failed
-                 */
-                state?: "DEGRADED" | "FAILED" | "IDLE" | "PENDING" | "READY" | "STARTING" | "STOPPED" | "UPDATING";
-                tenant?: string;
-            };
+            query?: never;
             header?: never;
             path: {
                 /** @description A UUID string identifying this deployment. */
@@ -7554,24 +7472,8 @@ export interface operations {
             query?: {
                 /** @description The pagination cursor value. */
                 cursor?: string;
-                name?: string;
-                /** @description Which field to use when ordering the results. */
-                ordering?: string;
                 /** @description Number of results to return per page. */
                 page_size?: number;
-                project?: string;
-                /**
-                 * @description * `PENDING` - Pending
-                 *     * `STARTING` - Starting
-                 *     * `READY` - Ready
-                 *     * `DEGRADED` - Degraded
-                 *     * `IDLE` - Idle
-                 *     * `UPDATING` - Updating
-                 *     * `STOPPED` - Stopped
-                 *     * `FAILED` - Failed
-                 */
-                state?: "DEGRADED" | "FAILED" | "IDLE" | "PENDING" | "READY" | "STARTING" | "STOPPED" | "UPDATING";
-                tenant?: string;
             };
             header?: never;
             path: {
@@ -9911,26 +9813,7 @@ export interface operations {
     v1_jobs_dataset_cache_list: {
         parameters: {
             query?: {
-                /** @description The pagination cursor value. */
-                cursor?: string;
-                kind?: string;
-                /** @description key=value */
-                label?: string;
-                name?: string;
                 node?: string;
-                /** @description Which field to use when ordering the results. */
-                ordering?: string;
-                /** @description Number of results to return per page. */
-                page_size?: number;
-                /** @description Project id or slug. */
-                project?: string;
-                /** @description Jobs with a failed attempt matching this failure signature (by name). */
-                signature?: string;
-                /** @description One or more, comma separated. */
-                state?: string;
-                /** @description Tenant id or slug. */
-                tenant?: string;
-                user?: string;
             };
             header?: never;
             path?: never;
@@ -9943,7 +9826,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["PaginatedNodeCacheList"];
+                    "application/json": components["schemas"]["NodeCache"][];
                 };
             };
             /** @description Invalid input; `fields` names each bad field and why. */
@@ -11340,7 +11223,7 @@ export interface operations {
             };
         };
     };
-    v1_models_alias_history_retrieve: {
+    v1_models_alias_history_list: {
         parameters: {
             query?: never;
             header?: never;
@@ -11357,9 +11240,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["AliasMove"][];
                 };
             };
             /** @description Invalid input; `fields` names each bad field and why. */
@@ -11447,16 +11328,7 @@ export interface operations {
     };
     v1_models_aliases_list: {
         parameters: {
-            query?: {
-                /** @description The pagination cursor value. */
-                cursor?: string;
-                name?: string;
-                /** @description Which field to use when ordering the results. */
-                ordering?: string;
-                /** @description Number of results to return per page. */
-                page_size?: number;
-                project?: string;
-            };
+            query?: never;
             header?: never;
             path: {
                 /** @description A UUID string identifying this registered model. */
@@ -11471,7 +11343,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["PaginatedAliasList"];
+                    "application/json": components["schemas"]["Alias"][];
                 };
             };
             /** @description Invalid input; `fields` names each bad field and why. */
@@ -11883,12 +11755,8 @@ export interface operations {
             query?: {
                 /** @description The pagination cursor value. */
                 cursor?: string;
-                name?: string;
-                /** @description Which field to use when ordering the results. */
-                ordering?: string;
                 /** @description Number of results to return per page. */
                 page_size?: number;
-                project?: string;
             };
             header?: never;
             path: {
@@ -11992,16 +11860,7 @@ export interface operations {
     };
     v1_models_versions_create: {
         parameters: {
-            query?: {
-                /** @description The pagination cursor value. */
-                cursor?: string;
-                name?: string;
-                /** @description Which field to use when ordering the results. */
-                ordering?: string;
-                /** @description Number of results to return per page. */
-                page_size?: number;
-                project?: string;
-            };
+            query?: never;
             header?: never;
             path: {
                 /** @description A UUID string identifying this registered model. */
@@ -12017,12 +11876,12 @@ export interface operations {
             };
         };
         responses: {
-            200: {
+            201: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["PaginatedModelVersionList"];
+                    "application/json": components["schemas"]["ModelVersion"];
                 };
             };
             /** @description Invalid input; `fields` names each bad field and why. */
@@ -12532,16 +12391,7 @@ export interface operations {
     };
     v1_models_versions_files_list: {
         parameters: {
-            query?: {
-                /** @description The pagination cursor value. */
-                cursor?: string;
-                name?: string;
-                /** @description Which field to use when ordering the results. */
-                ordering?: string;
-                /** @description Number of results to return per page. */
-                page_size?: number;
-                project?: string;
-            };
+            query?: never;
             header?: never;
             path: {
                 /** @description A UUID string identifying this registered model. */
@@ -12557,7 +12407,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["PaginatedModelFileList"];
+                    "application/json": components["schemas"]["ModelFile"][];
                 };
             };
             /** @description Invalid input; `fields` names each bad field and why. */
@@ -16463,8 +16313,6 @@ export interface operations {
             query?: {
                 /** @description The pagination cursor value. */
                 cursor?: string;
-                /** @description Which field to use when ordering the results. */
-                ordering?: string;
                 /** @description Number of results to return per page. */
                 page_size?: number;
             };

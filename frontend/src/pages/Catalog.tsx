@@ -264,7 +264,7 @@ export function DatasetsPage() {
       fetch={async (project) =>
         unwrap(await api.GET("/api/v1/datasets/", { params: { query: { project, page_size: 200 } } })).results
       }
-      expanded={(d) => <DatasetVersions id={d.id} latest={d.latest_version} />}
+      expanded={(d) => <DatasetVersions id={d.id} latest={d.latest_version ?? 0} />}
       columns={[{ title: t("admin.description"), dataIndex: "description" }]}
     />
   );
