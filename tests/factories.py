@@ -116,3 +116,22 @@ def make_job(*, project, user, state="PENDING", gpus_per_node=1, cluster=None, *
         labels=spec["labels"],
         **totals(spec),
     )
+
+
+def make_running_attempt(*, world, cluster, directory, stem: str = "", state="RUNNING"):
+    """A RUNNING job of the world's member and its first attempt, its logs in `directory`
+    (`<stem>stdout.log`, `<stem>stderr.log`)."""
+    from apps.jobs.models import JobAttempt
+    from apps.tenancy.models import Role
+
+    job = make_job(
+        project=world.project, user=world.users[Role.MEMBER], state="RUNNING", cluster=cluster
+    )
+    return JobAttempt.objects.create(
+        job=job,
+        number=1,
+        state=state,
+        nodes=["n1"],
+        stdout_path=str(directory / f"{stem}stdout.log"),
+        stderr_path=str(directory / f"{stem}stderr.log"),
+    )

@@ -14,10 +14,9 @@ import pytest
 import websockets
 from django.contrib.auth.hashers import PBKDF2PasswordHasher
 
-from apps.jobs.models import JobAttempt
 from apps.logs.live import publish_lines
 from apps.tenancy.models import Role
-from tests.factories import PASSWORD, make_job
+from tests.factories import PASSWORD, make_running_attempt
 from tests.stack import ROOT, Stack, portal_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -66,17 +65,7 @@ def test_tls_at_the_proxy_both_servers_and_one_lost(stack, acme):
 
 
 def test_a_websocket_works_on_either_server(stack, acme, cluster, tmp_path):
-    job = make_job(
-        project=acme.project, user=acme.users[Role.MEMBER], state="RUNNING", cluster=cluster
-    )
-    JobAttempt.objects.create(
-        job=job,
-        number=1,
-        state="RUNNING",
-        nodes=["n1"],
-        stdout_path=str(tmp_path / "out"),
-        stderr_path=str(tmp_path / "err"),
-    )
+    job = make_running_attempt(world=acme, cluster=cluster, directory=tmp_path).job
     url = f"wss://127.0.0.1:{stack.https}/ws/jobs/{job.pk}/?tail=0"
     headers = {"Authorization": f"Bearer {acme.tokens[Role.VIEWER]}"}
     origin = stack.base

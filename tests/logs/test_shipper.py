@@ -14,8 +14,7 @@ import pytest
 from apps.jobs.models import JobAttempt
 from apps.logs.models import LogCursor
 from apps.logs.shipper import ship_pass
-from apps.tenancy.models import Role
-from tests.factories import make_job
+from tests.factories import make_running_attempt
 from tests.logs.conftest import count
 from tests.stack import portal_env
 
@@ -24,16 +23,18 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def attempt(acme, cluster, tmp_path):
-    job = make_job(
-        project=acme.project, user=acme.users[Role.MEMBER], state="RUNNING", cluster=cluster
-    )
-    return JobAttempt.objects.create(
-        job=job,
-        number=1,
-        state="RUNNING",
-        nodes=["n1"],
-        stdout_path=str(tmp_path / "stdout.log"),
-        stderr_path=str(tmp_path / "stderr.log"),
+    return make_running_attempt(world=acme, cluster=cluster, directory=tmp_path)
+
+
+def shipper_process(env: dict) -> subprocess.Popen:
+    """`manage.py run_shipper` in its own session (killed with its group)."""
+    return subprocess.Popen(
+        [sys.executable, "manage.py", "run_shipper"],
+        cwd=ROOT,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
 
 
@@ -127,14 +128,7 @@ def test_killing_the_shipper_at_random_points_loses_and_doubles_nothing(es, atte
     # one 64 KiB read a pass: 2.3 MB take longer than the three runs (<= 12 s) on any machine
     env = {**_shipper_env(), "TORUS_SHIPPER_READS_PER_PASS": "1"}
     for _ in range(3):
-        shipper = subprocess.Popen(
-            [sys.executable, "manage.py", "run_shipper"],
-            cwd=ROOT,
-            env=env,
-            start_new_session=True,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        shipper = shipper_process(env)
         time.sleep(rng.uniform(1.5, 4.0))
         os.killpg(shipper.pid, signal.SIGKILL)
         shipper.wait()
@@ -158,14 +152,7 @@ def _rss_kb(pid: int) -> int:
 @pytest.mark.django_db(transaction=True)
 def test_elasticsearch_down_for_a_minute_loses_nothing(es, attempt):
     component = ROOT / "platform" / "services" / "components" / "elasticsearch"
-    shipper = subprocess.Popen(
-        [sys.executable, "manage.py", "run_shipper"],
-        cwd=ROOT,
-        env=_shipper_env(),
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    shipper = shipper_process(_shipper_env())
     try:
         write(attempt, b"".join(b"before %d\n" % i for i in range(20_000)))
         deadline = time.monotonic() + 60

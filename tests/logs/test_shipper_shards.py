@@ -4,8 +4,6 @@ and one killed mid-stream every line is indexed once."""
 
 import os
 import signal
-import subprocess
-import sys
 import time
 import uuid
 
@@ -14,10 +12,9 @@ import pytest
 from apps.jobs.models import JobAttempt
 from apps.logs.models import LogCursor
 from apps.logs.shards import ShardLeases
-from apps.tenancy.models import Role
-from tests.factories import make_job
+from tests.factories import make_running_attempt
 from tests.logs.conftest import count
-from tests.logs.test_shipper import ROOT, _shipper_env, finish, write
+from tests.logs.test_shipper import _shipper_env, finish, shipper_process, write
 
 
 @pytest.fixture
@@ -52,33 +49,10 @@ def test_shippers_split_the_shards_and_a_dead_ones_pass_on(leases):
 
 
 def _attempts(acme, cluster, tmp_path, n: int) -> list[JobAttempt]:
-    made = []
-    for i in range(n):
-        job = make_job(
-            project=acme.project, user=acme.users[Role.MEMBER], state="RUNNING", cluster=cluster
-        )
-        made.append(
-            JobAttempt.objects.create(
-                job=job,
-                number=1,
-                state="RUNNING",
-                nodes=["n1"],
-                stdout_path=str(tmp_path / f"{i}.out"),
-                stderr_path=str(tmp_path / f"{i}.err"),
-            )
-        )
-    return made
-
-
-def _shipper(env: dict) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "manage.py", "run_shipper"],
-        cwd=ROOT,
-        env=env,
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    return [
+        make_running_attempt(world=acme, cluster=cluster, directory=tmp_path, stem=f"{i}.")
+        for i in range(n)
+    ]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -86,7 +60,7 @@ def test_two_shippers_one_killed_mid_stream_lose_and_double_nothing(es, acme, cl
     attempts = _attempts(acme, cluster, tmp_path, 8)
     env = {**_shipper_env(), "TORUS_SHIPPER_SHARDS": "8", "TORUS_SHIPPER_LEASE_SECONDS": "2"}
     env["TORUS_SHIPPER_READS_PER_PASS"] = "1"  # 64 KiB per stream a pass: still busy at the kill
-    first, second = _shipper(env), _shipper(env)
+    first, second = shipper_process(env), shipper_process(env)
     lines = 0
     try:
         for round_ in range(12):  # the jobs keep writing while shippers come and go
