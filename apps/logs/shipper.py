@@ -174,15 +174,26 @@ def _bulk(attempt: JobAttempt, stream: str, found) -> None:
             body = []
     if body:
         sent.append(_sender().submit(_send, "".join(body)))
-    failed = [future.exception() for future in sent]  # wait for every request
-    for exc in failed:
-        if exc is not None:
-            raise exc
+    error = _first_error(sent)  # waits for every request
+    if error is not None:
+        # the traceback keeps this frame: it must not keep the error (a cycle the collector
+        # frees late, with the read's documents: megabytes a retry while Elasticsearch is away)
+        del docs, body, sent
+        try:
+            raise error
+        finally:
+            del error
     points = _metric_points(attempt, stream, found, now)
     if points:
         _store_metrics(points)
     publish_lines(job_id=job.id, lines=[to_line(doc) for doc in docs])
     publish_metrics(job_id=job.id, points=points)
+
+
+def _first_error(sent: list) -> BaseException | None:
+    errors = [future.exception() for future in sent]
+    sent.clear()  # a future holds its exception
+    return next((error for error in errors if error is not None), None)
 
 
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
