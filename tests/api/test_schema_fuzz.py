@@ -1,10 +1,12 @@
 """The API fuzzed from its own OpenAPI schema (Schemathesis, loaded from the application at
-/api/schema/): every operation, as each role of one tenant and anonymously, with data that
-fits the schema and data that does not; then every object route with another tenant's objects.
+/api/schema/): every operation, as the owner of one tenant and anonymously with data that fits
+the schema and data that does not, and as each other role with valid data; then every object
+route with another tenant's objects, as the owner and as a viewer.
 
 Checked on every response: no 5xx, the status code, the content type and the body all as the
 schema documents them, and data that breaks the schema rejected (4xx). Another tenant's object
-is a 404 on every object route, for every role, and nothing of that tenant changes.
+is a 404 on every object route, for the most and the least privileged role (scoping is one
+queryset per resource, whatever the role: tests/tenancy), and nothing of that tenant changes.
 
 The tests run in pytest-django's `db` transaction (rolled back after each): `on_commit` work
 (job dispatch, webhook delivery, model import) never fires, so fuzzed submits stay rows in the
@@ -32,7 +34,8 @@ from apps.tenancy.models import Role
 from config.wsgi import application
 from tests.tenancy.test_route_walk import acme_objects, acme_state
 
-MAX_EXAMPLES = 6  # per operation and role, in the fuzzing phase (the coverage phase adds its own)
+MAX_EXAMPLES = 6  # per operation, in the fuzzing phase (the coverage phase adds its own)
+ROLE_EXAMPLES = 2  # per operation and lesser role, valid requests only
 CROSS_TENANT_EXAMPLES = 3
 
 schema = schemathesis.openapi.from_wsgi("/api/schema/", application)
@@ -45,6 +48,19 @@ schema.config.generation.update(
 )
 # examples: the schema's own; coverage: boundaries and each kind of invalid value, per field
 schema.config.phases.update(phases=["examples", "coverage", "fuzzing"])
+
+# The owner may do everything, so its requests reach the deepest code: every phase, valid and
+# invalid data, as also for the anonymous caller. The other roles differ from it only in what
+# they may do, which valid requests show: the schema's examples and a few generated ones.
+role_schema = schemathesis.openapi.from_wsgi("/api/schema/", application)
+role_schema.config.generation.update(
+    modes=[GenerationMode.POSITIVE],
+    max_examples=ROLE_EXAMPLES,
+    deterministic=True,
+    no_shrink=True,
+    with_security_parameters=False,
+)
+role_schema.config.phases.update(phases=["examples", "fuzzing"])
 
 # Valid requests only, to the operations on one object: whatever the body, another tenant's
 # object is a 404.
@@ -74,7 +90,7 @@ HYPOTHESIS = settings(
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 
-ROLES = [Role.OWNER, Role.ADMIN, Role.MEMBER, Role.VIEWER]
+LESSER_ROLES = [Role.ADMIN, Role.MEMBER, Role.VIEWER]
 # Platform infrastructure, not tenant data: every signed-in user reads it (docs/access.md).
 GLOBAL_SEGMENTS = {"clusters", "nodes", "accelerator-types"}
 # Values for the path parameters that are not the object's own key.
@@ -164,14 +180,29 @@ def acme_world(acme, cluster):
     return acme, objects
 
 
-@pytest.fixture(params=[*ROLES, None], ids=lambda role: role or "anonymous")
+@pytest.fixture(params=[Role.OWNER, None], ids=lambda role: role or "anonymous")
 def role(request):
+    return request.param
+
+
+@pytest.fixture(params=LESSER_ROLES)
+def lesser_role(request):
     return request.param
 
 
 @schema.parametrize()
 @HYPOTHESIS
-def test_every_operation_as_each_role(case, role, acme_world):
+def test_every_operation_as_the_owner_and_anonymously(case, role, acme_world):
+    call_as(case, role=role, acme_world=acme_world)
+
+
+@role_schema.parametrize()
+@HYPOTHESIS
+def test_every_operation_as_each_other_role(case, lesser_role, acme_world):
+    call_as(case, role=lesser_role, acme_world=acme_world)
+
+
+def call_as(case, *, role: Role | None, acme_world) -> None:
     acme, objects = acme_world
     if case.path_parameters and not case.meta.is_negative_at(ParameterLocation.PATH):
         case.path_parameters = path_values(case.path, objects)  # acme's own, not random ids
@@ -184,7 +215,7 @@ def globex_objects(globex, cluster):
     return acme_objects(globex, cluster)
 
 
-@pytest.fixture(params=ROLES)
+@pytest.fixture(params=[Role.OWNER, Role.VIEWER])  # the most and the least a role may do
 def intruder(request, acme):
     return bearer(acme.tokens[request.param])
 
