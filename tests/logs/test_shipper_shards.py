@@ -63,12 +63,16 @@ def test_two_shippers_one_killed_mid_stream_lose_and_double_nothing(es, acme, cl
     first, second = shipper_process(env), shipper_process(env)
     lines = 0
     try:
+        deadline = time.monotonic() + 60
+        while not all(_holds(shipper, 8) for shipper in (first, second)):  # both started
+            assert time.monotonic() < deadline, _holders(8)
+            time.sleep(0.2)
         for round_ in range(12):  # the jobs keep writing while shippers come and go
             for attempt in attempts:
                 write(attempt, b"".join(b"r%d line %d\n" % (round_, i) for i in range(2000)))
             lines += 2000 * len(attempts)
             if round_ == 4:
-                assert any(f":{first.pid}:" in holder for holder in _holders(8))
+                assert _holds(first, 8)
                 os.killpg(first.pid, signal.SIGKILL)
                 first.wait()
                 killed_at = {a.pk: _offset(a) for a in attempts}
@@ -96,6 +100,10 @@ def test_two_shippers_one_killed_mid_stream_lose_and_double_nothing(es, acme, cl
 def _holders(shards: int) -> list[str]:
     leases = ShardLeases(shards=shards, ttl=1).leases  # (reads only: takes nothing)
     return [lease.current_holder() or "" for lease in leases]
+
+
+def _holds(shipper, shards: int) -> bool:
+    return any(f":{shipper.pid}:" in holder for holder in _holders(shards))
 
 
 def _offset(attempt: JobAttempt) -> int:
