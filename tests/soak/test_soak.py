@@ -2,7 +2,8 @@
 real services run a mixed workload (researchers submitting jobs that print log lines and
 metrics through the TLS proxy, others listing jobs and searching logs) while a web server, a
 worker, a shipper, beat and the Elasticsearch node (and slurmctld and a slurmd, when
-chosen: see FAULTS) are each SIGKILLed once, in random order, and started again. At the end:
+chosen: see FAULTS) are each SIGKILLed once every three minutes, in random order, and started
+again. At the end:
 
 - every job the API accepted (201) is in the database once, and nothing else is: a request
   cut by a kill (no answer) may have created its job or not, never two;
@@ -50,6 +51,7 @@ JOB_SCRIPT = (
 # tests/jobs/test_faults.py restarts slurmctld and kills a slurmd.
 FAULTS = ("web", "worker", "shipper", "beat", "elasticsearch")
 FAULTS = tuple(os.environ.get("TORUS_SOAK_FAULTS", ",".join(FAULTS)).split(","))
+ROUNDS = max(1, SECONDS // 180)  # each fault once per three minutes of the run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -225,7 +227,8 @@ def test_a_soak_with_every_tier_killed_loses_and_doubles_nothing(es, acme, slurm
         for thread in clients:
             thread._kwargs.update(stack=stack, ledger=ledger, project=acme.project, stop=stop)
             thread.start()
-        started, faults = time.monotonic(), rng.sample(FAULTS, len(FAULTS))
+        started = time.monotonic()
+        faults = [fault for _ in range(ROUNDS) for fault in rng.sample(FAULTS, len(FAULTS))]
         try:
             for i, fault in enumerate(faults, 1):  # spread over the run, in random order
                 time.sleep(max(0.0, started + i * SECONDS / (len(faults) + 1) - time.monotonic()))
