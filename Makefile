@@ -16,6 +16,11 @@ export TORUS_SECRET_KEY ?= $(shell mkdir -p .var && test -s .var/secret-key || \
 	(umask 077 && $(PYTHON) -c 'import secrets; print(secrets.token_urlsafe(50))' > .var/secret-key); \
 	cat .var/secret-key)
 export DJANGO_SETTINGS_MODULE := config.settings
+# TORUS_SCALE=N (2..9) runs N of each tier (scripts/portal) and Elasticsearch as a cluster of
+# three nodes with a replica of every index (docs/scaling.md)
+ifneq ($(filter-out 1,$(or $(TORUS_SCALE),1)),)
+export TORUS_ES_NODES ?= 3
+endif
 
 .PHONY: help up down test lint bench services migrate static seed venv examples-venv engines ui ui-test \
 	backup restore

@@ -238,6 +238,7 @@ TORUS_S3_PART_BYTES = env_int("TORUS_S3_PART_BYTES", 8 * 1024**2, minimum=5 * 10
 TORUS_S3_STAGING_DIR = env_str("TORUS_S3_STAGING_DIR", str(VAR_DIR / "s3-staging"))
 
 # Logs: Elasticsearch and the shipper.
+# a cluster: its nodes' URLs, comma-separated
 TORUS_ELASTICSEARCH_URL = env_str("TORUS_ELASTICSEARCH_URL", "http://127.0.0.1:19200")
 TORUS_SHIPPER_INTERVAL = float(env_int("TORUS_SHIPPER_INTERVAL_MS", 100, minimum=10)) / 1000
 TORUS_SHIPPER_READ_BYTES = env_int("TORUS_SHIPPER_READ_BYTES", 1024 * 1024, minimum=65536)

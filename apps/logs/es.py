@@ -12,10 +12,12 @@ _clients: dict[tuple, Elasticsearch] = {}
 def client(*, timeout: float | None = None) -> Elasticsearch:
     """One client (with its connection pool) per configured URL; with `timeout`, that
     client's copy with this request timeout (made once: `options()` costs half a
-    millisecond)."""
-    url = settings.TORUS_ELASTICSEARCH_URL.rstrip("/")
+    millisecond). A cluster is its nodes' URLs, comma-separated: the client spreads the
+    requests over them and sends one again to another node when its node does not answer."""
+    url = settings.TORUS_ELASTICSEARCH_URL
     if (url, None) not in _clients:
-        _clients[url, None] = Elasticsearch(url, request_timeout=30, retry_on_timeout=False)
+        nodes = [node.strip().rstrip("/") for node in url.split(",") if node.strip()]
+        _clients[url, None] = Elasticsearch(nodes, request_timeout=30, retry_on_timeout=False)
     if (url, timeout) not in _clients:
         _clients[url, timeout] = _clients[url, None].options(request_timeout=timeout)
     return _clients[url, timeout]

@@ -4,6 +4,7 @@ import pytest
 
 from apps.logs.es import client, index_pattern
 from apps.logs.index import template_install
+from tests.factories import make_running_attempt
 
 
 def delete_tenant_indices(slug: str) -> None:
@@ -24,6 +25,12 @@ def es(acme, globex):
     yield client()
     for slug in ("acme", "globex"):
         delete_tenant_indices(slug)
+
+
+@pytest.fixture
+def attempt(acme, cluster, tmp_path):
+    """A running attempt whose output files are in the test's folder."""
+    return make_running_attempt(world=acme, cluster=cluster, directory=tmp_path)
 
 
 def count(*, attempt=None, job=None, query: str | None = None) -> int:

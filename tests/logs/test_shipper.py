@@ -14,16 +14,10 @@ import pytest
 from apps.jobs.models import JobAttempt
 from apps.logs.models import LogCursor
 from apps.logs.shipper import ship_pass
-from tests.factories import make_running_attempt
 from tests.logs.conftest import count
 from tests.stack import portal_env
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def attempt(acme, cluster, tmp_path):
-    return make_running_attempt(world=acme, cluster=cluster, directory=tmp_path)
 
 
 def shipper_process(env: dict) -> subprocess.Popen:
