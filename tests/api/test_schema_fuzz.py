@@ -38,43 +38,43 @@ MAX_EXAMPLES = 6  # per operation, in the fuzzing phase (the coverage phase adds
 ROLE_EXAMPLES = 2  # per operation and lesser role, valid requests only
 CROSS_TENANT_EXAMPLES = 3
 
-schema = schemathesis.openapi.from_wsgi("/api/schema/", application)
-schema.config.generation.update(
-    modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE],
-    max_examples=MAX_EXAMPLES,
-    deterministic=True,  # the same cases every run: a failure reproduces
-    no_shrink=True,
-    with_security_parameters=False,  # each role's token is sent, never a generated header
-)
-# examples: the schema's own; coverage: boundaries and each kind of invalid value, per field
-schema.config.phases.update(phases=["examples", "coverage", "fuzzing"])
 
+def loaded(*, modes: list, examples: int, phases: list, path_regex: str | None = None):
+    """The application's schema, set to generate `examples` cases an operation in `phases`."""
+    spec = schemathesis.openapi.from_wsgi("/api/schema/", application)
+    if path_regex:
+        spec = spec.include(path_regex=path_regex)
+    spec.config.generation.update(
+        modes=modes,
+        max_examples=examples,
+        deterministic=True,  # the same cases every run: a failure reproduces
+        no_shrink=True,
+        with_security_parameters=False,  # each role's token is sent, never a generated header
+    )
+    spec.config.phases.update(phases=phases)
+    return spec
+
+
+# examples: the schema's own; coverage: boundaries and each kind of invalid value, per field
+schema = loaded(
+    modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE],
+    examples=MAX_EXAMPLES,
+    phases=["examples", "coverage", "fuzzing"],
+)
 # The owner may do everything, so its requests reach the deepest code: every phase, valid and
 # invalid data, as also for the anonymous caller. The other roles differ from it only in what
 # they may do, which valid requests show: the schema's examples and a few generated ones.
-role_schema = schemathesis.openapi.from_wsgi("/api/schema/", application)
-role_schema.config.generation.update(
-    modes=[GenerationMode.POSITIVE],
-    max_examples=ROLE_EXAMPLES,
-    deterministic=True,
-    no_shrink=True,
-    with_security_parameters=False,
+role_schema = loaded(
+    modes=[GenerationMode.POSITIVE], examples=ROLE_EXAMPLES, phases=["examples", "fuzzing"]
 )
-role_schema.config.phases.update(phases=["examples", "fuzzing"])
-
 # Valid requests only, to the operations on one object: whatever the body, another tenant's
 # object is a 404.
-object_routes = schemathesis.openapi.from_wsgi("/api/schema/", application).include(
-    path_regex=r"\{"
-)
-object_routes.config.generation.update(
+object_routes = loaded(
     modes=[GenerationMode.POSITIVE],
-    max_examples=CROSS_TENANT_EXAMPLES,
-    deterministic=True,
-    no_shrink=True,
-    with_security_parameters=False,
+    examples=CROSS_TENANT_EXAMPLES,
+    phases=["examples", "fuzzing"],
+    path_regex=r"\{",
 )
-object_routes.config.phases.update(phases=["examples", "fuzzing"])
 
 RESPONSE_CHECKS = [
     schemathesis.checks.not_a_server_error,
