@@ -60,8 +60,10 @@ def es_cluster(tmp_path_factory):
         yield urls, (var / "elasticsearch").resolve()
     finally:
         subprocess.run([str(COMPONENT), "stop"], env=env, timeout=300)
-        # the data may live where torus-es can reach it (a link out of the test's folder)
-        shutil.rmtree((var / "elasticsearch").resolve(), ignore_errors=True)
+        # the data may live where torus-es can reach it: a folder of its own under
+        # /var/lib/torus that the test's folder links to
+        data = (var / "elasticsearch").resolve()
+        shutil.rmtree(data if data.parent == var.resolve() else data.parent, ignore_errors=True)
 
 
 def _kill_primary_node(es, *, root: Path, index: str) -> str:
