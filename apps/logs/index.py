@@ -14,8 +14,17 @@ TEMPLATE = Path(__file__).with_name("data") / "torus-logs.json"
 
 
 def template_install() -> None:
+    """The template for new indices; existing ones get its replica rule too (made before it,
+    they would have no copy on another node of a cluster)."""
     body = json.loads(TEMPLATE.read_text())
     client().indices.put_index_template(name=INDEX_PREFIX, **body)
+    replicas = body["template"]["settings"]["auto_expand_replicas"]
+    client().indices.put_settings(
+        index=f"{INDEX_PREFIX}-*",
+        settings={"index.auto_expand_replicas": replicas},
+        allow_no_indices=True,
+        expand_wildcards="open",
+    )
 
 
 def retention_apply(*, tenant_slug: str, days: int) -> list[str]:
