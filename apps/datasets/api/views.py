@@ -24,6 +24,7 @@ from rest_framework.exceptions import ValidationError as DRFValidationError
 from rest_framework.response import Response
 
 from apps.core.api.errors import error_body
+from apps.core.api.schema import ErrorSerializer
 from apps.core.api.views import PatchOnlyMixin, TenantScopedViewSet
 from apps.core.exceptions import Conflict
 from apps.core.streaming import BodyInterrupted, async_chunks
@@ -230,12 +231,12 @@ class DatasetVersionViewSet(CodedConflictMixin, mixins.ListModelMixin, TenantSco
             OpenApiParameter("total", OpenApiTypes.INT, required=True),
         ],
         request={"application/octet-stream": OpenApiTypes.BINARY},
-        responses=DatasetUploadStateSerializer,
+        responses={200: DatasetUploadStateSerializer, 411: ErrorSerializer},
     )
     @extend_schema(
         methods=["GET", "DELETE"],
         parameters=[OpenApiParameter("path", OpenApiTypes.STR, required=True)],
-        responses=DatasetUploadStateSerializer,
+        responses={200: DatasetUploadStateSerializer},  # DELETE too: the state after it
     )
     @action(detail=True, methods=["get", "put", "delete"], policy_action="upload")
     def upload(self, request, **kwargs):

@@ -31,6 +31,12 @@ class SignatureStatSerializer(serializers.Serializer):
     attempts = serializers.IntegerField()
 
 
+class SignatureStatsSerializer(serializers.Serializer):
+    """Every signature that matched in the period, most jobs first (one list, no pages)."""
+
+    results = SignatureStatSerializer(many=True)
+
+
 class FailureSignatureViewSet(
     PatchOnlyMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet
 ):
@@ -72,9 +78,9 @@ class FailureSignatureViewSet(
             OpenApiParameter("since", OpenApiTypes.DATETIME, description="attempts ended from"),
             OpenApiParameter("until", OpenApiTypes.DATETIME, description="attempts ended before"),
         ],
-        responses=SignatureStatSerializer(many=True),
+        responses=SignatureStatsSerializer,
     )
-    @action(detail=False, methods=["get"], policy_action="stats")
+    @action(detail=False, methods=["get"], policy_action="stats", pagination_class=None)
     def stats(self, request):
         """How many jobs (and attempts) matched each signature in a period."""
         params = StatsQuerySerializer(data=request.query_params)

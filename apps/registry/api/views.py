@@ -45,6 +45,10 @@ WEBHOOK_EVENTS = {"versions", "commit", "alias"}  # actions that may tell the we
 # row or its creator: a smaller query to build and read
 PROJECT_ONLY = {("versions", "GET"), ("version", "GET"), ("lineage", "GET"), ("alias", "PUT")}
 READ_BYTES = 64 * 1024
+# how many bytes of a file of an open version are stored (an upload's answer, and where to resume)
+UPLOAD_STATE = inline_serializer(
+    "ModelUploadState", {"path": serializers.CharField(), "size": serializers.IntegerField()}
+)
 
 
 class OctetStreamParser:
@@ -266,9 +270,13 @@ class RegisteredModelViewSet(
         return Response(ModelFileSerializer(version.files.order_by("path"), many=True).data)
 
     @extend_schema(
+        methods=["GET"], responses={(200, "application/octet-stream"): OpenApiTypes.BINARY}
+    )
+    @extend_schema(
+        methods=["PUT"],
         parameters=[OpenApiParameter("offset", OpenApiTypes.INT)],
         request={"application/octet-stream": OpenApiTypes.BINARY},
-        responses={(200, "application/octet-stream"): OpenApiTypes.BINARY},
+        responses=UPLOAD_STATE,
     )
     @action(
         detail=True,
@@ -310,12 +318,7 @@ class RegisteredModelViewSet(
         response["X-Torus-Sha256"] = row.sha256
         return response
 
-    @extend_schema(
-        responses=inline_serializer(
-            "ModelUploadState",
-            {"path": serializers.CharField(), "size": serializers.IntegerField()},
-        )
-    )
+    @extend_schema(responses=UPLOAD_STATE)
     @action(
         detail=True,
         methods=["get"],

@@ -590,7 +590,7 @@ export interface paths {
             cookie?: never;
         };
         /** @description How many jobs (and attempts) matched each signature in a period. */
-        get: operations["v1_failure_signatures_stats_list"];
+        get: operations["v1_failure_signatures_stats_retrieve"];
         put?: never;
         post?: never;
         delete?: never;
@@ -2902,19 +2902,6 @@ export interface components {
             previous?: string | null;
             results: components["schemas"]["Replica"][];
         };
-        PaginatedSignatureStatList: {
-            /**
-             * Format: uri
-             * @example http://api.example.org/accounts/?cursor=cD00ODY%3D"
-             */
-            next?: string | null;
-            /**
-             * Format: uri
-             * @example http://api.example.org/accounts/?cursor=cj0xJnA9NDg3
-             */
-            previous?: string | null;
-            results: components["schemas"]["SignatureStat"][];
-        };
         PaginatedTenantList: {
             /**
              * Format: uri
@@ -3259,6 +3246,10 @@ export interface components {
             name: string;
             jobs: number;
             attempts: number;
+        };
+        /** @description Every signature that matched in the period, most jobs first (one list, no pages). */
+        SignatureStats: {
+            results: components["schemas"]["SignatureStat"][];
         };
         /**
          * @description * `none` - None
@@ -5826,6 +5817,14 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            411: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description Request body too large. */
             413: {
                 headers: {
@@ -5869,12 +5868,13 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description No response body */
-            204: {
+            200: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["DatasetUploadState"];
+                };
             };
             /** @description Invalid input; `fields` names each bad field and why. */
             400: {
@@ -8205,16 +8205,9 @@ export interface operations {
             };
         };
     };
-    v1_failure_signatures_stats_list: {
+    v1_failure_signatures_stats_retrieve: {
         parameters: {
             query?: {
-                /** @description The pagination cursor value. */
-                cursor?: string;
-                name?: string;
-                /** @description Which field to use when ordering the results. */
-                ordering?: string;
-                /** @description Number of results to return per page. */
-                page_size?: number;
                 /** @description attempts ended from */
                 since?: string;
                 /** @description attempts ended before */
@@ -8231,7 +8224,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["PaginatedSignatureStatList"];
+                    "application/json": components["schemas"]["SignatureStats"];
                 };
             };
             /** @description Invalid input; `fields` names each bad field and why. */
@@ -12495,9 +12488,7 @@ export interface operations {
     };
     v1_models_versions_files_retrieve: {
         parameters: {
-            query?: {
-                offset?: number;
-            };
+            query?: never;
             header?: never;
             path: {
                 /** @description A UUID string identifying this registered model. */
@@ -12625,7 +12616,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/octet-stream": string;
+                    "application/json": components["schemas"]["ModelUploadState"];
                 };
             };
             /** @description Invalid input; `fields` names each bad field and why. */

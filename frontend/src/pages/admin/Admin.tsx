@@ -459,7 +459,7 @@ function Signatures() {
   const stats = useQuery({
     queryKey: ["signature-stats", tenant?.id],
     queryFn: async () =>
-      unwrap(await api.GET("/api/v1/failure-signatures/stats/", { params: { query: { page_size: 200 } } })).results,
+      unwrap(await api.GET("/api/v1/failure-signatures/stats/")).results,
   });
   const remove = useMutate(
     async (id: string) => unwrap(await api.DELETE("/api/v1/failure-signatures/{id}/", { params: { path: { id } } })),

@@ -45,7 +45,7 @@ export function SignatureTrend({ tenantId, names }: { tenantId: string; names: s
         bounds.slice(0, -1).map(async (start, i) =>
           unwrap(
             await api.GET("/api/v1/failure-signatures/stats/", {
-              params: { query: { since: start.toISOString(), until: bounds[i + 1].toISOString(), page_size: 200 } },
+              params: { query: { since: start.toISOString(), until: bounds[i + 1].toISOString() } },
             }),
           ).results,
         ),
