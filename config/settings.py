@@ -365,6 +365,7 @@ SPECTACULAR_SETTINGS = {
         "JobStateEnum": "apps.jobs.states.State",
         "AttemptStateEnum": "apps.jobs.models.AttemptState",
         "JobKindEnum": "apps.jobs.models.Kind",
+        "ModelVersionStateEnum": "apps.registry.models.VersionState",
         "KvCacheTypeEnum": "apps.serving.models.KvCacheType",
         "EstimateKvCacheTypeEnum": "apps.serving.fit.KV_TYPE_NAMES",
     },

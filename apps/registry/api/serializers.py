@@ -257,6 +257,15 @@ def _iso(value) -> str | None:
     return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 
+class ModelVersionRowSerializer(ModelVersionSerializer):
+    """A row of a model's versions listing, as the schema tells it: card, metrics and params
+    only with ?full=1 (the listing renders its rows itself: `listing_row`)."""
+
+    card = serializers.CharField(required=False)
+    metrics = serializers.JSONField(required=False)
+    params = serializers.JSONField(required=False)
+
+
 class VersionCreateSerializer(StrictSerializer):
     framework = serializers.CharField(allow_blank=True, required=False, max_length=64)
     description = serializers.CharField(allow_blank=True, required=False, max_length=10_000)

@@ -26,6 +26,7 @@ from apps.registry.api.serializers import (
     CompareQuerySerializer,
     ModelFileSerializer,
     ModelUpdateSerializer,
+    ModelVersionRowSerializer,
     ModelVersionSerializer,
     RegisteredModelSerializer,
     StageSerializer,
@@ -163,7 +164,7 @@ class RegisteredModelViewSet(
         version.model = model  # loaded with its project and tenant
         return version
 
-    @extend_schema(methods=["GET"], responses=ModelVersionSerializer(many=True))
+    @extend_schema(methods=["GET"], responses=ModelVersionRowSerializer(many=True))
     @extend_schema(
         methods=["POST"], request=VersionCreateSerializer, responses={201: ModelVersionSerializer}
     )

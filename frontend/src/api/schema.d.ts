@@ -2577,6 +2577,42 @@ export interface components {
             readonly ready_at: string | null;
         };
         /**
+         * @description A row of a model's versions listing, as the schema tells it: card, metrics and params
+         *     only with ?full=1 (the listing renders its rows itself: `listing_row`).
+         */
+        ModelVersionRow: {
+            /** Format: uuid */
+            readonly id: string;
+            /** Format: uuid */
+            readonly model: string;
+            readonly model_name: string;
+            readonly number: number;
+            readonly state: components["schemas"]["ModelVersionStateEnum"];
+            readonly stage: components["schemas"]["StageEnum"];
+            readonly storage: string;
+            readonly framework: string;
+            readonly description: string;
+            card?: string;
+            metrics?: unknown;
+            params?: unknown;
+            readonly tags: unknown;
+            readonly aliases: string[];
+            /** Format: uuid */
+            readonly source_job: string | null;
+            /** Format: uuid */
+            readonly source_attempt: string | null;
+            readonly dataset_versions: string[];
+            readonly file_count: number;
+            readonly size_bytes: number;
+            readonly manifest_sha256: string;
+            readonly error: string;
+            readonly created_by: string | null;
+            /** Format: date-time */
+            readonly created_at: string;
+            /** Format: date-time */
+            readonly ready_at: string | null;
+        };
+        /**
          * @description * `open` - Open
          *     * `pending` - Pending
          *     * `ready` - Ready
@@ -2811,7 +2847,7 @@ export interface components {
             previous?: string | null;
             results: components["schemas"]["Membership"][];
         };
-        PaginatedModelVersionList: {
+        PaginatedModelVersionRowList: {
             /**
              * Format: uri
              * @example http://api.example.org/accounts/?cursor=cD00ODY%3D"
@@ -2822,7 +2858,7 @@ export interface components {
              * @example http://api.example.org/accounts/?cursor=cj0xJnA9NDg3
              */
             previous?: string | null;
-            results: components["schemas"]["ModelVersion"][];
+            results: components["schemas"]["ModelVersionRow"][];
         };
         PaginatedNodeList: {
             /**
@@ -11765,7 +11801,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["PaginatedModelVersionList"];
+                    "application/json": components["schemas"]["PaginatedModelVersionRowList"];
                 };
             };
             /** @description Invalid input; `fields` names each bad field and why. */

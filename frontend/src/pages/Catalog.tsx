@@ -358,7 +358,7 @@ function ModelVersions({ id }: { id: string }) {
   if (q.error) return <ErrorState error={q.error} />;
   return (
     <Space direction="vertical" style={{ width: "100%" }}>
-      <Table<Schemas["ModelVersion"]>
+      <Table<Schemas["ModelVersionRow"]>
         rowKey="id"
         size="small"
         pagination={false}
