@@ -173,7 +173,7 @@ class Webhook(TenantModel):
 
     tenant = models.ForeignKey("tenancy.Tenant", on_delete=models.CASCADE, related_name="+")
     url = models.URLField(max_length=2000)
-    events = models.JSONField(default=list)
+    events = models.JSONField()  # WebhookEvent values, at least one
     description = models.CharField(max_length=200, blank=True, default="")
     # The HMAC key. Shown once, at creation; kept to sign (it cannot be a one-way hash).
     secret = models.CharField(max_length=100)
@@ -184,6 +184,9 @@ class Webhook(TenantModel):
 
     class Meta:
         ordering = ["tenant", "created_at"]
+        constraints = [
+            models.CheckConstraint(condition=~models.Q(events=[]), name="webhook_has_events")
+        ]
 
     def __str__(self) -> str:
         return self.url

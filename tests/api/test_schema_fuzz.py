@@ -98,14 +98,9 @@ OTHER_PARAMS = {"number": 1, "path": "model.bin", "alias": "production", "key_id
 
 
 NEGATIVE = openapi_checks.negative_data_rejection
-STATUS = openapi_checks.status_code_conformance
-CONTENT_TYPE = openapi_checks.content_type_conformance
-BODY = openapi_checks.response_schema_conformance
 # Findings of this fuzzing left open (each named; see the report of issue 12): the check is off
 # for that operation only, every other check still runs there.
 # F1 DRF coerces body types: a CharField takes 0 as "0", a number field takes false.
-# F2 `default_cluster: ""` is taken as null where the schema says a non-empty string.
-# F5 a webhook's `events` may be [] (rows made before the field was required); schema minItems 1.
 KNOWN = {
     "POST /api/v1/datasets/{dataset_pk}/versions/": ([NEGATIVE], "F1"),
     "PATCH /api/v1/datasets/{id}/": ([NEGATIVE], "F1"),
@@ -113,12 +108,7 @@ KNOWN = {
     "PATCH /api/v1/failure-signatures/{id}/": ([NEGATIVE], "F1"),
     "PATCH /api/v1/models/{id}/": ([NEGATIVE], "F1"),
     "PATCH /api/v1/models/{id}/versions/{number}/": ([NEGATIVE], "F1"),
-    "PATCH /api/v1/projects/{id}/": ([NEGATIVE], "F2"),
     "PATCH /api/v1/quotas/{id}/": ([NEGATIVE], "F1"),
-    "PATCH /api/v1/tenants/{id}/": ([NEGATIVE], "F2"),
-    "GET /api/v1/webhooks/": ([BODY], "F5"),
-    "GET /api/v1/webhooks/{id}/": ([BODY], "F5"),
-    "PATCH /api/v1/webhooks/{id}/": ([BODY], "F5"),
 }
 
 

@@ -111,7 +111,10 @@ def acme_objects(acme, cluster) -> dict:
         "lineage-dataset": dataset_version,
         "model": model,
         "webhook": Webhook.objects.create(
-            tenant=acme.tenant, url="https://hooks.acme.example/torus", secret="s" * 32
+            tenant=acme.tenant,
+            url="https://hooks.acme.example/torus",
+            events=["alias.changed"],
+            secret="s" * 32,
         ),
         "job": job,
         "failure-signature": FailureSignature.objects.create(

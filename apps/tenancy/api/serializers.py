@@ -47,10 +47,22 @@ def member_detail(serializer: serializers.Serializer, *, user, tenant_id) -> dic
     return MemberSummarySerializer(user).data
 
 
+class ClusterNameField(serializers.SlugRelatedField):
+    """A cluster by name, or null; "" is refused (DRF would take it as null, which the schema
+    does not say: a name has at least one character)."""
+
+    default_error_messages = {"blank": "Name a cluster, or send null for none."}
+
+    def run_validation(self, data=serializers.empty):
+        if data == "":
+            self.fail("blank")
+        return super().run_validation(data)
+
+
 def _cluster_field() -> serializers.SlugRelatedField:
     from apps.compute.models import Cluster
 
-    return serializers.SlugRelatedField(
+    return ClusterNameField(
         slug_field="name",
         queryset=Cluster.objects.all(),
         allow_null=True,
