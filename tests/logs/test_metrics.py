@@ -9,7 +9,7 @@ from apps.logs.metrics import parse_metric_line
 from apps.logs.models import JobMetric
 from apps.logs.shipper import ship_pass
 from apps.tenancy.models import Role
-from tests.logs.test_shipper import attempt, write  # noqa: F401  (fixture)
+from tests.logs.test_shipper import write
 from torus import log_metrics
 
 pytestmark = pytest.mark.django_db
@@ -32,7 +32,7 @@ def test_the_sdk_line_parses_back():
         log_metrics(step=1, **{"bad name": 1.0})
 
 
-def test_metrics_are_stored_once_and_served_as_series(es, acme, attempt):  # noqa: F811
+def test_metrics_are_stored_once_and_served_as_series(es, acme, attempt):
     out = io.StringIO()
     for step in range(1, 4):
         log_metrics(step=step, loss=1.0 / step, file=out)
