@@ -191,8 +191,10 @@ def _bulk(attempt: JobAttempt, stream: str, found) -> None:
 
 
 def _first_error(sent: list) -> BaseException | None:
+    """Wait for every request; the first one's error, if any (the list is emptied: a future
+    holds its exception)."""
     errors = [future.exception() for future in sent]
-    sent.clear()  # a future holds its exception
+    sent.clear()
     return next((error for error in errors if error is not None), None)
 
 
