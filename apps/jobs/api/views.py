@@ -7,10 +7,9 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError as DRFValidationError
-from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
 
-from apps.core.api.parsers import YAMLParser
+from apps.core.api.parsers import JSONParser, YAMLParser
 from apps.core.api.validation import validated
 from apps.core.api.views import TenantScopedViewSet
 from apps.jobs import services

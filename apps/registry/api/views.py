@@ -12,11 +12,12 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import mixins, serializers, status
 from rest_framework.decorators import action
-from rest_framework.parsers import JSONParser, MultiPartParser
+from rest_framework.parsers import MultiPartParser
 from rest_framework.permissions import SAFE_METHODS
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from apps.core.api.parsers import JSONParser
 from apps.core.api.views import PatchOnlyMixin, TenantScopedViewSet
 from apps.datasets.storage.base import CHUNK_BYTES
 from apps.registry import selectors, services
