@@ -103,11 +103,25 @@ class Stack:
             for port in self.web_ports:
                 wait_answer(f"http://127.0.0.1:{port}/healthz", verify=True, deadline=deadline)
             if self.web_ports:
-                wait_answer(f"{self.base}/healthz", verify=self.verify, deadline=deadline)
+                self._wait_proxy_serves_all(deadline=deadline)
         except BaseException:
             self.__exit__()
             raise
         return self
+
+    def _wait_proxy_serves_all(self, *, deadline: float) -> None:
+        """Until the proxy's health checks have every server up: requests reach each of them."""
+        expected = {f"web{n}" for n in range(1, len(self.web_ports) + 1)}
+        seen: set[str] = set()
+        while seen != expected:
+            try:
+                answer = httpx.get(f"{self.base}/healthz", verify=self.verify, timeout=2)
+                seen.add(answer.headers.get("x-torus-server", ""))
+            except httpx.HTTPError:
+                pass
+            seen &= expected
+            assert time.monotonic() < deadline, f"the proxy reached only {sorted(seen)}"
+            time.sleep(0.1)
 
     def __exit__(self, *exc) -> None:
         for name in self.procs:
