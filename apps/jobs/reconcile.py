@@ -7,6 +7,7 @@ job has left the controller's memory. A controller that does not answer fails no
 
 import contextlib
 import logging
+import uuid
 from datetime import timedelta
 
 from django.conf import settings
@@ -121,6 +122,7 @@ def reconcile_cluster(*, cluster_id) -> dict:
     track_checkpoints(cluster=cluster)
     track_dataset_stages(cluster=cluster)
     cancel_requested(cluster=cluster, backend=backend, by_tag=by_tag)
+    cancel_strays(cluster=cluster, backend=backend, backend_jobs=backend_jobs, tracked=tracked)
     Cluster.objects.filter(pk=cluster.pk).update(
         healthy=True, last_error="", last_reconciled_at=timezone.now()
     )
@@ -394,6 +396,42 @@ def track_dataset_stages(*, cluster: Cluster) -> None:
         .select_related("job", "job__project__tenant")
     ):
         dataset_stages_record(attempt=attempt)
+
+
+def cancel_strays(*, cluster: Cluster, backend, backend_jobs: list, tracked: list) -> None:
+    """Cancel the cluster's queued or running jobs of attempts that have ended: a controller
+    that lost its last moments (slurmctld SIGKILLed after a job ended, before it saved that)
+    finds the job missing from its node and puts it back in the queue, requeue or not; left
+    there, it would run a second time, unseen."""
+    tracked_tags = {attempt.tag for attempt in tracked}
+    live = {}
+    for job in backend_jobs:
+        ours = job.tag.startswith("torus:") and job.tag not in tracked_tags
+        if ours and backend.attempt_outcome(job) not in ATTEMPT_ENDED:
+            live.setdefault(job.tag.removeprefix("torus:"), []).append(job)
+    if not live:
+        return
+    ended = JobAttempt.objects.filter(
+        job__cluster=cluster, pk__in=_uuids(live), state__in=ATTEMPT_ENDED
+    ).values_list("pk", "state")
+    for attempt_id, state in ended:
+        for job in live[str(attempt_id)]:
+            logger.warning(
+                "cancelling %s job %s: its attempt %s has ended (%s)",
+                cluster.name, job.backend_id, attempt_id, state,
+            )  # fmt: skip
+            try:
+                backend.cancel(job.backend_id)
+            except ClusterUnavailable:
+                return  # the next pass tries again
+
+
+def _uuids(values) -> list[uuid.UUID]:
+    out = []
+    for value in values:
+        with contextlib.suppress(ValueError):
+            out.append(uuid.UUID(value))
+    return out
 
 
 def cancel_requested(*, cluster: Cluster, backend, by_tag: dict) -> None:

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -100,6 +101,31 @@ def test_running_jobs_are_followed_across_a_slurmctld_restart(acme, slurm_cluste
     assert finished.state == "SUCCEEDED", finished.state_reason
     assert "survived" in output(finished)
     assert finished.attempts.count() == 1
+
+
+def test_a_job_slurm_queues_again_after_its_attempt_ended_is_cancelled(acme, slurm_cluster):
+    """slurmctld SIGKILLed after a job ended, before it saved that, finds the job missing from
+    its node when it comes back and requeues it: left there, it would run a second time."""
+    from apps.jobs.tasks import control_pass
+
+    job = drive(submit(acme.client(Role.MEMBER), acme.project, command=["true"])["id"])
+    assert job.state == "SUCCEEDED", job.state_reason
+    ended = job.attempts.get()
+    strangers = f"torus:{uuid.uuid4()}"  # a tag no attempt of this platform has
+    held = {
+        tag: slurm("sbatch", "--parsable", "--hold", f"--comment={tag}", "-p", "gpu",
+                   "--wrap", "sleep 60").strip()
+        for tag in (ended.tag, strangers)
+    }  # fmt: skip
+    control_pass()
+
+    def state(tag: str) -> str:
+        return slurm("squeue", "-h", "-t", "all", "-j", held[tag], "-o", "%T").strip()
+
+    assert state(ended.tag) == "CANCELLED"
+    assert state(strangers) == "PENDING"  # not ours to cancel
+    slurm("scancel", held[strangers])
+    assert Job.objects.get(pk=job.pk).state == "SUCCEEDED"
 
 
 def _worker_env() -> dict:
