@@ -99,6 +99,7 @@ def build_submission(
         "TORUS_JOB_NAME": job.name,
         "TORUS_ATTEMPT_ID": str(attempt.id),
         "TORUS_ATTEMPT": str(attempt.number),
+        "TORUS_EXIT_FILE": str(paths.exit_file(job, attempt.number)),
         "TORUS_PROJECT": job.project.slug,
         "TORUS_CHECKPOINT_DIR": job.checkpoint_dir,
         "TORUS_LAUNCHER": spec["distributed"]["launcher"],

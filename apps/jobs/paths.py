@@ -1,6 +1,7 @@
 """Where a job's files live in its tenant's tree on the storage shared with the compute nodes
 (the layout: apps/identity/storage.py)."""
 
+import os
 from pathlib import Path
 
 from apps.identity.storage import project_root
@@ -16,6 +17,27 @@ def checkpoint_dir(job) -> Path:
 
 def attempt_dir(job, number: int) -> Path:
     return job_dir(job) / f"attempt-{number}"
+
+
+def exit_file(job, number: int) -> Path:
+    """Where the launcher leaves the program's exit status once it has ended."""
+    return attempt_dir(job, number) / "exit-status"
+
+
+def exit_status(job, number: int) -> int | None:
+    """The exit status the attempt's launcher left, or None (not ended, or not written). The
+    file is the job's user's: a link is not followed, and only a small number is read."""
+    try:
+        fd = os.open(exit_file(job, number), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        text = os.read(fd, 16).decode("ascii", "replace").strip()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return int(text) if text.isdigit() and int(text) < 256 else None
 
 
 def latest_checkpoint(directory: str) -> str:

@@ -81,13 +81,7 @@ def reconcile_cluster(*, cluster_id) -> dict:
             age = timezone.now() - (attempt.submitted_at or attempt.created_at)
             if age.total_seconds() < settings.TORUS_LOST_AFTER_SECONDS:
                 continue
-            found = BackendJob(
-                backend_id=attempt.backend_id,
-                tag=attempt.tag,
-                state="LOST",
-                reason="the cluster has no record of this job",
-            )
-            outcome = AttemptState.LOST
+            found, outcome = _lost(attempt)
         else:
             outcome = backend.attempt_outcome(found)
             if (
@@ -157,6 +151,25 @@ def _unchanged(attempt: JobAttempt, found: BackendJob, outcome: str) -> bool:
             not found.nodes or found.nodes == attempt.nodes or attempt.state == AttemptState.RUNNING
         )
     )
+
+
+def _lost(attempt: JobAttempt) -> tuple[BackendJob, str]:
+    """An attempt the cluster has no record of: LOST, unless its launcher left the program's
+    exit status (the controller forgot a job that ran to its end: it is not run again)."""
+    status = paths.exit_status(attempt.job, attempt.number)
+    if status is None:
+        reason, outcome = "the cluster has no record of this job", AttemptState.LOST
+    else:
+        reason = f"the cluster has no record of this job; it ended with exit status {status}"
+        outcome = AttemptState.SUCCEEDED if status == 0 else AttemptState.FAILED
+    found = BackendJob(
+        backend_id=attempt.backend_id,
+        tag=attempt.tag,
+        state="LOST" if status is None else "ENDED",
+        reason=reason,
+        exit_code=status,
+    )
+    return found, outcome
 
 
 def _take_back_requeued(backend, found: BackendJob) -> str:

@@ -7,13 +7,16 @@ import subprocess
 import sys
 import time
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.utils import timezone
 
-from apps.jobs import dispatch
+from apps.jobs import dispatch, paths
 from apps.jobs.models import AttemptState, Job, JobAttempt
 from apps.tenancy.models import Role
+from tests.factories import make_running_attempt
 from tests.jobs.conftest import drive, output, running_node, slurm, slurm_jobs_tagged, submit
 from tests.stack import portal_env
 
@@ -126,6 +129,41 @@ def test_a_job_slurm_queues_again_after_its_attempt_ended_is_cancelled(acme, slu
     assert state(strangers) == "PENDING"  # not ours to cancel
     slurm("scancel", held[strangers])
     assert Job.objects.get(pk=job.pk).state == "SUCCEEDED"
+
+
+def test_a_job_leaves_its_exit_status_beside_its_output(acme, slurm_cluster):
+    client = acme.client(Role.MEMBER)
+    job = drive(submit(client, acme.project, command=["bash", "-c", "echo hi; exit 3"])["id"])
+    assert (job.state, job.exit_code) == ("FAILED", 3), job.state_reason
+    assert paths.exit_status(job, 1) == 3
+    killed = submit(client, acme.project, command=["bash", "-c", "kill -9 $$"])
+    job = drive(killed["id"])
+    assert paths.exit_status(job, 1) == 137
+    assert job.attempts.get().signal == 9  # the launcher ends by the program's signal too
+
+
+def test_an_attempt_slurm_forgot_after_it_ended_is_not_run_again(acme, slurm_cluster, tmp_path):
+    """slurmctld SIGKILLed before it saved a job that then ran to its end has no record of it
+    (nor has its accounting): the exit status the launcher left decides, not a new attempt."""
+    from apps.jobs.tasks import control_pass
+
+    outcomes = {}
+    for status in (0, None):
+        attempt = make_running_attempt(world=acme, cluster=slurm_cluster, directory=tmp_path)
+        JobAttempt.objects.filter(pk=attempt.pk).update(
+            backend_id="999999", submitted_at=timezone.now() - timedelta(minutes=5)
+        )
+        if status is not None:
+            paths.attempt_dir(attempt.job, 1).mkdir(parents=True)
+            paths.exit_file(attempt.job, 1).write_text(f"{status}\n")
+        outcomes[status] = attempt.job_id
+    control_pass()
+    forgotten = Job.objects.get(pk=outcomes[0])
+    assert forgotten.state == "SUCCEEDED", forgotten.state_reason
+    assert [a.state for a in forgotten.attempts.all()] == ["SUCCEEDED"]
+    assert "exit status 0" in forgotten.attempts.get().backend_reason
+    lost = Job.objects.get(pk=outcomes[None])
+    assert lost.attempts.get(number=1).state == "LOST"
 
 
 def _worker_env() -> dict:

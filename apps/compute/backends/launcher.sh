@@ -64,16 +64,33 @@ exec "${args[@]}"
 TASK
 export TORUS_TASK_SH
 
+# Run the program and leave its exit status in TORUS_EXIT_FILE: a controller that loses the
+# job's end (slurmctld SIGKILLed before it saved it) cannot make the platform run it again
+# (apps/jobs/reconcile.py). The launcher then ends as the program did, by its signal too.
+ended() {
+  local status=0
+  "$@" || status=$?
+  if [[ -n "${TORUS_EXIT_FILE:-}" ]]; then  # written whole, then renamed: never half a number
+    { printf '%s\n' "$status" >"$TORUS_EXIT_FILE.new" &&
+      mv -f "$TORUS_EXIT_FILE.new" "$TORUS_EXIT_FILE"; } || true
+  fi
+  if ((status > 128 && status < 160)); then
+    trap - "$((status - 128))" 2>/dev/null || true
+    kill -s "$((status - 128))" "$$" 2>/dev/null || true
+  fi
+  exit "$status"
+}
+
 case "$TORUS_LAUNCHER" in
   torchrun)
-    exec srun --kill-on-bad-exit=1 --export=ALL --ntasks="$SLURM_NNODES" --ntasks-per-node=1 \
+    ended srun --kill-on-bad-exit=1 --export=ALL --ntasks="$SLURM_NNODES" --ntasks-per-node=1 \
       bash -c "$TORUS_TASK_SH" ;;
   mpirun)
-    exec mpirun -np "$WORLD_SIZE" bash -c "$TORUS_TASK_SH" ;;
+    ended mpirun -np "$WORLD_SIZE" bash -c "$TORUS_TASK_SH" ;;
   *)
     if [[ "$WORLD_SIZE" == 1 ]]; then  # one process: it runs in the batch step itself
-      exec bash -c "$TORUS_TASK_SH"
+      ended bash -c "$TORUS_TASK_SH"
     fi
-    exec srun --kill-on-bad-exit=1 --export=ALL --ntasks="$WORLD_SIZE" \
+    ended srun --kill-on-bad-exit=1 --export=ALL --ntasks="$WORLD_SIZE" \
       --ntasks-per-node="$TORUS_TASKS_PER_NODE" bash -c "$TORUS_TASK_SH" ;;
 esac
