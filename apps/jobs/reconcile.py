@@ -26,6 +26,9 @@ from apps.jobs.states import State
 from apps.quotas.services import usage_record
 
 logger = logging.getLogger(__name__)
+# The backend state of an attempt the cluster lost or failed after its program had ended,
+# ended by the exit status its launcher left (paths.exit_status).
+ENDED_BY_ITS_STATUS = "ENDED"
 RETRY_CAUSE = {
     AttemptState.NODE_FAIL: "node_failure",
     AttemptState.LOST: "node_failure",
@@ -81,7 +84,13 @@ def reconcile_cluster(*, cluster_id) -> dict:
             age = timezone.now() - (attempt.submitted_at or attempt.created_at)
             if age.total_seconds() < settings.TORUS_LOST_AFTER_SECONDS:
                 continue
-            found, outcome = _lost(attempt)
+            found = BackendJob(
+                backend_id=attempt.backend_id,
+                tag=attempt.tag,
+                state="LOST",
+                reason="the cluster has no record of this job",
+            )
+            outcome = AttemptState.LOST
         else:
             outcome = backend.attempt_outcome(found)
             if (
@@ -90,6 +99,8 @@ def reconcile_cluster(*, cluster_id) -> dict:
                 and getattr(backend, "requeues_jobs", False)
             ):
                 outcome = _take_back_requeued(backend, found)
+        if outcome in (AttemptState.NODE_FAIL, AttemptState.LOST):
+            outcome = _ended_by_its_status(attempt, found, outcome)
         waiting = backend.waiting_message(found) if outcome == AttemptState.SUBMITTED else ""
         if _unchanged(attempt, found, outcome) and (
             not waiting
@@ -153,23 +164,17 @@ def _unchanged(attempt: JobAttempt, found: BackendJob, outcome: str) -> bool:
     )
 
 
-def _lost(attempt: JobAttempt) -> tuple[BackendJob, str]:
-    """An attempt the cluster has no record of: LOST, unless its launcher left the program's
-    exit status (the controller forgot a job that ran to its end: it is not run again)."""
+def _ended_by_its_status(attempt: JobAttempt, found: BackendJob, outcome: str) -> str:
+    """A node failure or a lost job, unless the attempt's launcher left the program's exit
+    status: then the program had ended and the cluster lost only that (slurmctld SIGKILLed
+    before it saved the end forgets the job, or requeues it as missing from its node), and
+    the attempt ends with that status instead of running again."""
     status = paths.exit_status(attempt.job, attempt.number)
     if status is None:
-        reason, outcome = "the cluster has no record of this job", AttemptState.LOST
-    else:
-        reason = f"the cluster has no record of this job; it ended with exit status {status}"
-        outcome = AttemptState.SUCCEEDED if status == 0 else AttemptState.FAILED
-    found = BackendJob(
-        backend_id=attempt.backend_id,
-        tag=attempt.tag,
-        state="LOST" if status is None else "ENDED",
-        reason=reason,
-        exit_code=status,
-    )
-    return found, outcome
+        return outcome
+    found.state, found.exit_code, found.signal = ENDED_BY_ITS_STATUS, status, None
+    found.reason = f"{found.reason}; the program had ended with exit status {status}"
+    return AttemptState.SUCCEEDED if status == 0 else AttemptState.FAILED
 
 
 def _take_back_requeued(backend, found: BackendJob) -> str:

@@ -166,6 +166,26 @@ def test_an_attempt_slurm_forgot_after_it_ended_is_not_run_again(acme, slurm_clu
     assert lost.attempts.get(number=1).state == "LOST"
 
 
+def test_a_job_requeued_after_its_program_ended_is_not_run_again(acme, slurm_cluster):
+    """slurmctld SIGKILLed before it saved a job's end comes back with it still running and
+    requeues it as missing from its node (here: `scontrol requeue` once the job has ended,
+    before the platform has seen that)."""
+    job = submit(acme.client(Role.MEMBER), acme.project, command=["true"])
+    attempt = drive(job["id"], until={"SUBMITTED", "RUNNING"}).attempts.get()
+    deadline = time.monotonic() + 60
+    while "COMPLETED" not in slurm(
+        "squeue", "-h", "-t", "all", "-j", attempt.backend_id, "-o", "%T"
+    ):
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    slurm("scontrol", "requeue", attempt.backend_id)
+    finished = drive(job["id"])
+    assert finished.state == "SUCCEEDED", finished.state_reason
+    assert [(a.state, a.backend_state) for a in finished.attempts.all()] == [("SUCCEEDED", "ENDED")]
+    state = slurm("squeue", "-h", "-t", "all", "-j", attempt.backend_id, "-o", "%T").strip()
+    assert state == "CANCELLED"  # the requeued copy never runs
+
+
 def _worker_env() -> dict:
     return portal_env(TORUS_DISPATCH_THREADS="1", TORUS_DISPATCH_GRACE_SECONDS="2")
 
