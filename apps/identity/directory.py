@@ -35,6 +35,7 @@ class DirectoryUnavailable(Unavailable):
 class Entry:
     name: str
     number: int  # uidNumber or gidNumber
+    members: tuple[str, ...] = ()  # a group's memberUid
 
 
 class Directory(Protocol):
@@ -94,9 +95,10 @@ class LdapDirectory:
         query = ldap.filter.filter_format(f"(&(objectClass={object_class})({attr}=%s))", [name])
 
         def search(conn):
-            found = conn.search_s(branch, ldap.SCOPE_ONELEVEL, query, [number_attr])
+            found = conn.search_s(branch, ldap.SCOPE_ONELEVEL, query, [number_attr, "memberUid"])
             for _, attrs in found:
-                return Entry(name=name, number=int(attrs[number_attr][0]))
+                members = tuple(m.decode() for m in attrs.get("memberUid", []))
+                return Entry(name=name, number=int(attrs[number_attr][0]), members=members)
             return None
 
         return self._run(search)
@@ -180,7 +182,8 @@ class LocalDirectory:
 
     def find_group(self, name: str) -> Entry | None:
         try:
-            return Entry(name=name, number=grp.getgrnam(name).gr_gid)
+            found = grp.getgrnam(name)
+            return Entry(name=name, number=found.gr_gid, members=tuple(found.gr_mem))
         except KeyError:
             return None
 

@@ -180,6 +180,26 @@ def group_members_add(*, group: PosixGroup, names: list[str]) -> None:
         group.save(update_fields=["members", "updated_at"])
 
 
+def directory_sync() -> list[str]:
+    """Write every group the platform records into the directory again, with its members: the
+    platform's record is the truth, and a directory edited beside it (an operator's tool, a
+    restore, another deployment sharing it) would otherwise keep jobs out of their files until
+    membership next changes. Returns the names of the groups that differed."""
+    changed = []
+    for group in PosixGroup.objects.order_by("gid"):
+        found = directory().find_group(group.name)
+        if found is None:
+            directory().add_group(name=group.name, gid=group.gid)
+        elif found.number != group.gid:
+            raise IdentityError(
+                f"group {group.name} has gid {found.number} in the directory, {group.gid} here"
+            )
+        if found is None or sorted(found.members) != sorted(group.members):
+            directory().set_members(name=group.name, members=group.members)
+            changed.append(group.name)
+    return changed
+
+
 def member_remove(*, tenant: Tenant, user, project: Project | None = None) -> None:
     """A person leaves a tenant (out of its group and every one of its projects' groups) or
     one project (out of that project's group), so their jobs started from now on cannot

@@ -11,7 +11,7 @@ from pathlib import Path
 import ldap
 import pytest
 from django.conf import settings
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 
 from apps.identity.directory import directory
 from apps.identity.models import IdCounter, PosixAccount, PosixGroup
@@ -111,6 +111,32 @@ def test_leaving_a_tenant_takes_the_person_out_of_its_groups():
     for group in PosixGroup.objects.filter(tenant=tenant):
         assert account.name not in group.members
         assert account.name not in grp.getgrgid(group.gid).gr_mem
+
+
+def test_directory_sync_puts_back_members_the_directory_lost():
+    tenant = TenantFactory(slug=unique("t"))
+    account = account_ensure(user=UserFactory(username=unique("eve")))
+    group = group_ensure(tenant=tenant)
+    group_members_add(group=group, names=[account.name])
+    directory().set_members(name=group.name, members=[])  # edited beside the platform
+    assert account.name not in grp.getgrgid(group.gid).gr_mem
+    out = StringIO()
+    call_command("directory_sync", stdout=out)
+    assert group.name in out.getvalue().split()
+    assert directory().find_group(group.name).members == (account.name,)
+    assert account.name in grp.getgrgid(group.gid).gr_mem  # as slurmd resolves it
+    out = StringIO()
+    call_command("directory_sync", stdout=out)
+    assert group.name not in out.getvalue().split()  # nothing differs now
+
+
+def test_directory_sync_refuses_a_group_whose_number_differs():
+    group = group_ensure(tenant=TenantFactory(slug=unique("t")))
+    PosixGroup.objects.filter(pk=group.pk).update(gid=group.gid + 1)
+    with pytest.raises(
+        CommandError, match=f"group {group.name} has gid {group.gid} in the directory"
+    ):
+        call_command("directory_sync")
 
 
 def test_group_names_cannot_collide_across_tenants_and_projects():
