@@ -349,6 +349,7 @@ class Bench:
             self.backend.store.clear()
         api = config.new_client_from_config(config_file=env_str("TORUS_K8S_ADMIN_KUBECONFIG"))
         if self.platform_tenant:  # its Jobs and pods go with the namespace
+            end_platform_jobs(tenant_slug=self.platform_tenant)
             try:
                 client.CoreV1Api(api).delete_namespace(
                     f"torus-{self.platform_tenant}", propagation_policy="Background"
@@ -367,6 +368,36 @@ class Bench:
                 delete()
             except Exception as exc:  # best effort, logged
                 log(f"cleanup: {exc}")
+
+
+def end_platform_jobs(*, tenant_slug: str) -> int:
+    """CANCELLED, in the platform, for the bench tenant's unfinished jobs before its namespace
+    goes: else the reconciler finds their Jobs gone and runs them again (self-healing), and
+    a later `make up` of the dev deployment replays thousands of them."""
+    from django.db import transaction
+    from django.utils import timezone
+
+    from apps.jobs.models import ATTEMPT_ENDED, AttemptState, Job
+    from apps.jobs.services import job_transition
+    from apps.jobs.states import TERMINAL, State
+
+    ended = 0
+    for pk in (
+        Job.objects.filter(tenant__slug=tenant_slug)
+        .exclude(state__in=TERMINAL)
+        .values_list("pk", flat=True)
+    ):
+        with transaction.atomic():
+            job = Job.objects.select_for_update().get(pk=pk)
+            if job.state in TERMINAL:
+                continue
+            job.attempts.exclude(state__in=ATTEMPT_ENDED).update(
+                state=AttemptState.CANCELLED, ended_at=timezone.now()
+            )
+            job_transition(job=job, to=State.CANCELLED, reason="bench cleanup")
+            ended += 1
+    log(f"cleanup: {ended} unfinished platform jobs of {tenant_slug} cancelled")
+    return ended
 
 
 if __name__ == "__main__":
