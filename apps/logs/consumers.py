@@ -127,10 +127,25 @@ class GroupSocket(AccessWatchMixin, AsyncJsonWebsocketConsumer):
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.watch_access()
 
+    async def __call__(self, scope, receive, send):
+        """However the socket ends, it leaves: a disconnect, or an exception in a handler (a
+        send to a client that has already gone raises) that skips `disconnect`. Else its
+        recheck task polled the database for ever and the group kept a dead channel: under
+        load, with clients timing out, these piled up until the web servers were busy with
+        nothing else."""
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.leave()
+
     async def disconnect(self, code):
+        await self.leave()
+
+    async def leave(self) -> None:
         await self.unwatch_access()
-        if hasattr(self, "group"):
-            await self.channel_layer.group_discard(self.group, self.channel_name)
+        if group := getattr(self, "group", None):
+            self.group = None
+            await self.channel_layer.group_discard(group, self.channel_name)
 
 
 class JobLogConsumer(GroupSocket):

@@ -76,10 +76,12 @@ class AccessWatchMixin:
     async def unwatch_access(self) -> None:
         task = getattr(self, "access_task", None)
         if task is not None:
+            self.access_task = None
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        for group in getattr(self, "access_groups", []):
+        groups, self.access_groups = getattr(self, "access_groups", []), []
+        for group in groups:
             await self.channel_layer.group_discard(group, self.channel_name)
 
     async def _recheck_loop(self) -> None:

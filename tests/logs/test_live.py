@@ -181,3 +181,40 @@ async def test_a_bad_tail_parameter_falls_back_to_the_default(es, acme, running)
     assert (await ws.connect())[0]
     assert (await ws.receive_json_from(timeout=5))["type"] == "backlog"
     await ws.disconnect()
+
+
+async def test_a_socket_that_fails_after_accept_leaves_its_group_and_stops_rechecking(
+    es, acme, running, monkeypatch
+):
+    """A send to a client that has already gone raises in the handler, skipping `disconnect`:
+    the socket must still leave its job's group and stop its access recheck (they had piled
+    up under load, polling the database for ever)."""
+    import asyncio
+
+    from channels.layers import get_channel_layer
+
+    from apps.logs import consumers
+    from apps.logs.live import job_group
+
+    async def gone(*_args):
+        raise ConnectionResetError("the client has gone")
+
+    monkeypatch.setattr(consumers, "_backlog", gone)
+    job, _ = running
+    ws = WebsocketCommunicator(
+        application, f"/ws/jobs/{job.pk}/", headers=[ORIGIN, _bearer(acme.tokens[Role.VIEWER])]
+    )
+    assert (await ws.connect())[0]  # accepted, then the backlog's send fails
+    with pytest.raises(ConnectionResetError):
+        await ws.wait(timeout=5)
+    rechecks = [
+        task
+        for task in asyncio.all_tasks()
+        if getattr(task.get_coro(), "__qualname__", "").endswith("_recheck_loop")
+        and not task.done()
+    ]
+    assert rechecks == []
+    layer = get_channel_layer()
+    key = layer._group_key(job_group(job.pk))
+    async with layer.connection(layer.consistent_hash(key)) as redis:
+        assert await redis.zcard(key) == 0  # no dead channel left in the job's group
