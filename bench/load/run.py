@@ -151,6 +151,23 @@ def deployment() -> dict:
 # -- the run ---------------------------------------------------------------------------------
 
 
+def _wait_stopping(process: subprocess.Popen, *, seconds: float) -> int:
+    """Locust's return code; past `seconds` it gets SIGTERM (it stops its users and writes its
+    CSVs and samples), then SIGKILL. A user greenlet that outlives the run time had kept
+    locust running for minutes, its requests at a trickle, and this script waiting."""
+    try:
+        return process.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        _api.log(f"locust still running {seconds:.0f} s in: SIGTERM")
+        process.terminate()
+    try:
+        return process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        _api.log("locust ignored SIGTERM for 60 s: SIGKILL")
+        process.kill()
+        return process.wait()
+
+
 def run_locust(args, context_path: Path, samples_path: Path, workdir: Path) -> dict:
     argv = [
         str(LOCUST),
@@ -191,9 +208,8 @@ def run_locust(args, context_path: Path, samples_path: Path, workdir: Path) -> d
     sampler.start()
     started = time.time()
     with open(workdir / "locust.log", "w") as out:
-        rc = subprocess.run(  # noqa: S603
-            argv, env=env, stdout=out, stderr=subprocess.STDOUT, check=False
-        ).returncode
+        locust = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)  # noqa: S603
+        rc = _wait_stopping(locust, seconds=args.duration + args.users / args.spawn_rate + 60)
     done.set()
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return {
