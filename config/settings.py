@@ -241,6 +241,8 @@ TORUS_S3_STAGING_DIR = env_str("TORUS_S3_STAGING_DIR", str(VAR_DIR / "s3-staging
 # a cluster: its nodes' URLs, comma-separated
 TORUS_ELASTICSEARCH_URL = env_str("TORUS_ELASTICSEARCH_URL", "http://127.0.0.1:19200")
 TORUS_SHIPPER_INTERVAL = float(env_int("TORUS_SHIPPER_INTERVAL_MS", 100, minimum=10)) / 1000
+# how often the shipper holding shard 0 checks ended attempts against failure signatures
+TORUS_SIGNATURE_SCAN_INTERVAL = float(env_int("TORUS_SIGNATURE_SCAN_MS", 1000, minimum=10)) / 1000
 TORUS_SHIPPER_READ_BYTES = env_int("TORUS_SHIPPER_READ_BYTES", 1024 * 1024, minimum=65536)
 TORUS_SHIPPER_READS_PER_PASS = env_int("TORUS_SHIPPER_READS_PER_PASS", 8, minimum=1)
 TORUS_SHIPPER_BULK_DOCS = env_int("TORUS_SHIPPER_BULK_DOCS", 2000, minimum=1)

@@ -335,6 +335,7 @@ def run(*, once: bool = False) -> None:
 def _loop(*, shards: ShardLeases, once: bool) -> None:
     template_installed = False
     backoff = settings.TORUS_SHIPPER_INTERVAL
+    next_scan = 0.0  # signatures need no 100 ms latency: their query was half an idle pass
     while True:
         close_old_connections()
         try:
@@ -343,8 +344,9 @@ def _loop(*, shards: ShardLeases, once: bool) -> None:
                 template_installed = True
             held = shards.refresh(force=once)
             stats = ship_pass(shards=shards)
-            if 0 in held:  # one shipper at a time looks for failure signatures
+            if 0 in held and time.monotonic() >= next_scan:  # one shipper looks for signatures
                 scan_pending()
+                next_scan = time.monotonic() + settings.TORUS_SIGNATURE_SCAN_INTERVAL
             backoff = settings.TORUS_SHIPPER_INTERVAL
             if stats.documents:
                 logger.info("shipped %d documents from %d streams", stats.documents, stats.streams)
