@@ -14,6 +14,7 @@ from apps.compute.models import Node, Partition
 from apps.jobs.api.serializers import JobDetailSerializer, JobSerializer
 from apps.jobs.models import Job, JobEvent
 from apps.jobs.spec import JobSpecSerializer
+from apps.logs.models import FailureSignature, SignatureMatch
 from apps.quotas.models import Quota
 from apps.tenancy.models import AuditEvent, Role
 
@@ -33,6 +34,9 @@ SUBMIT_MEMBER = SUBMIT_OWNER + 2
 # job is read back to answer (the job, attempts, events, their attempts, signatures, the
 # attempt's dataset versions and stages).
 SUBMIT_WITH_QUOTA = 19
+# GET /api/v1/jobs/{id}/: the job with its signatures' names, its attempts, their dataset
+# versions and stages, its events with their attempts (model versions: none here)
+DETAIL = 5
 
 
 def spec(world, name: str = "job", **extra) -> dict:
@@ -79,6 +83,24 @@ def test_a_submit_costs_five_statements_for_an_owner_and_seven_for_a_member(acme
         assert len(sql) == SUBMIT_OWNER, "\n".join(sql)
         _, sql = post(member, spec(acme, f"member-{i}"))
         assert len(sql) == SUBMIT_MEMBER, "\n".join(sql)
+
+
+def test_a_jobs_detail_costs_five_statements_with_its_signatures(acme, cluster):
+    """What a pipeline polls: the job (its failure signatures a subquery), its attempts, their
+    dataset versions and stages, its events with their attempts."""
+    client = acme.client(Role.OWNER)
+    body, _ = post(client, spec(acme, "polled"))
+    job = Job.objects.get(pk=body["id"])
+    signature = FailureSignature.objects.create(tenant=job.tenant, name="oom", query="OOM")
+    SignatureMatch.objects.create(signature=signature, job=job, attempt=job.attempts.get(), lines=2)
+    url = reverse("job-detail", args=[job.pk])
+    client.get(url)  # the token: cached
+    with CaptureQueriesContext(connection) as captured:
+        response = client.get(url)
+    assert response.status_code == 200
+    assert len(statements(captured)) == DETAIL, "\n".join(statements(captured))
+    assert response.json() == as_serialized(job.pk)
+    assert response.json()["signatures"] == ["oom"]
 
 
 def test_a_batch_costs_the_same_statements_however_many_jobs(acme, cluster):

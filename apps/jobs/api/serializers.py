@@ -140,7 +140,8 @@ class JobDetailSerializer(JobSerializer):
 
     def get_signatures(self, obj) -> list[str]:
         """Failure signatures the job's failed attempts matched."""
-        return _signature_names(obj)
+        names = getattr(obj, "signature_names", None)  # annotated by JobViewSet's retrieve
+        return sorted(names) if names is not None else _signature_names(obj)
 
 
 def _signature_names(job) -> list[str]:
