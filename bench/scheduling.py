@@ -47,7 +47,8 @@ PROJECT = "trace"
 PHASES = ("fifo", "backfill", "fairshare", "torus", "torus-borrow")
 # <phase>-nonice: that Torus phase with Cluster.config size_nice 0, i.e. what Slurm is given
 # waits in its queue in submission order (the platform before its size order reached Slurm)
-EXTRA_PHASES = ("torus-limits", "torus-borrow-nonice", "torus-limits-nonice")
+# torus-lend: the quota in Slurm's GrpTRES with the idle GPUs lent through it (quota_borrowing)
+EXTRA_PHASES = ("torus-limits", "torus-lend", "torus-borrow-nonice", "torus-limits-nonice")
 SLURM_MODE = {"fifo": "fifo", "backfill": "backfill", "fairshare": "fairshare"}  # else backfill
 STOP = threading.Event()
 
@@ -669,8 +670,8 @@ def main() -> int:
                     lambda phase=phase: quota_mode(
                         ctx,
                         slurm,
-                        in_slurm=phase.startswith("torus-limits"),
-                        borrow=phase.startswith("torus-borrow"),
+                        in_slurm=phase.startswith(("torus-limits", "torus-lend")),
+                        borrow=phase.startswith(("torus-borrow", "torus-lend")),
                         size_nice=0 if phase.endswith("-nonice") else args.size_nice,
                     )
                 )
@@ -702,7 +703,8 @@ def main() -> int:
                 plan, out["runs"], capacity=capacity, t0=out["t0"], deadline=out["deadline"]
             )
             jcts[phase] = [e - s for s, st, e in out["runs"].values() if st and e]
-        head = next((p for p in ("torus-limits", "torus-borrow", "torus") if p in metrics), "torus")
+        heads = ("torus-lend", "torus-limits", "torus-borrow", "torus")
+        head = next((p for p in heads if p in metrics), "torus")
         ratios = {}
         if head in metrics:
             t = metrics[head]
@@ -783,9 +785,8 @@ def quota_mode(
     tenant_gpu_quota = "slurm": the dispatcher sets each tenant account's GrpTRES, admission
     no longer holds jobs for it). `size_nice` sets Cluster.config size_nice (apps/jobs/
     priority.py cluster_nice; None: the platform's default)."""
-    from django.core.cache import cache
-
     from apps.identity.services import group_name
+    from apps.jobs import cluster_limits
 
     cluster = ctx["cluster"]
     config = {
@@ -801,8 +802,10 @@ def quota_mode(
         config["quota_borrowing"] = True
     cluster.config = config
     cluster.save(update_fields=["config"])
+    cluster_limits.forget(
+        cluster=cluster, tenant_ids=[entry["tenant"].pk for entry in ctx["tenants"].values()]
+    )
     for entry in ctx["tenants"].values():
-        cache.delete(f"torus:tenant-gpu-limit:{cluster.pk}:{entry['tenant'].pk}")
         account = group_name(tenant=entry["tenant"])
         slurm.run(["sacctmgr", "-i", "add", "account", account, "parent=root"], check=False)
         slurm.run(

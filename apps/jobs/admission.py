@@ -6,13 +6,12 @@ the recent window first, round-robin), then within a project by apps/jobs/priori
 (explicit priority, then least expected GPU-time first, aged so that nothing starves).
 
 A cluster whose config says `"tenant_gpu_quota": "cluster"` (or the older `"slurm"`) enforces
-the tenant-wide GPU quota itself: the dispatcher keeps the cluster's copy of it up to date
-(backend.tenant_gpu_limit: Slurm, the tenant account's GrpTRES=gres/gpu=<quota>; Kubernetes,
-the tenant's ClusterQueue and ResourceQuota) and admission does not hold jobs for that one
-limit, so the cluster starts (and backfills) a tenant's jobs the moment its GPUs free up
-instead of after a reconcile-admit-dispatch round trip (bench/scheduling.py measured the
-difference; docs/jobs.md "Scheduling"). A cluster with `"quota_borrowing": true` lets a job held
-only by the tenant GPU quota borrow the cluster's idle GPUs (apps/jobs/borrowing.py).
+the tenant-wide GPU quota itself (apps/jobs/cluster_limits.py) and admission does not hold jobs
+for that one limit, so the cluster starts (and backfills) a tenant's jobs the moment its GPUs
+free up instead of after a reconcile-admit-dispatch round trip (bench/scheduling.py measured
+the difference; docs/jobs.md "Scheduling"). A cluster with `"quota_borrowing": true` lets a job
+held only by the tenant GPU quota borrow the cluster's idle GPUs (apps/jobs/borrowing.py; where
+the cluster holds the quota, it lends them through the limits: apps/jobs/cluster_limits.py).
 """
 
 import logging
@@ -21,13 +20,13 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.conf import settings
-from django.core.cache import cache
 from django.db import transaction
 from django.db.models import Count, Sum
 from django.utils import timezone
 
 from apps.core.bulk import bulk_update
 from apps.jobs import borrowing
+from apps.jobs.cluster_limits import enforced_by_cluster
 from apps.jobs.models import AttemptState, Job, JobAttempt, JobEvent
 from apps.jobs.priority import order_key, starving
 from apps.jobs.services import (
@@ -43,15 +42,7 @@ from apps.quotas.selectors import gpu_seconds_by_project, gpu_seconds_by_project
 from apps.tenancy.models import Tenant
 
 RESOURCES = [("gpus", "GPUs"), ("cpus", "CPUs"), ("memory_mb", "MiB of memory")]
-# Cluster.config["tenant_gpu_quota"] values by which the cluster holds that limit itself
-CLUSTER_ENFORCED = ("cluster", "slurm")
 logger = logging.getLogger(__name__)
-
-
-def cluster_enforces_tenant_gpus(cluster) -> bool:
-    return (
-        cluster is not None and (cluster.config or {}).get("tenant_gpu_quota") in CLUSTER_ENFORCED
-    )
 
 
 @dataclass
@@ -153,11 +144,7 @@ def blocking_reason(job: Job, quotas: list[Quota], books: Books) -> str:
         used = books.by_scope[scope]
         for name, words in RESOURCES:
             limit = getattr(quota, name)
-            if (
-                name == "gpus"
-                and scope == ("tenant",)
-                and cluster_enforces_tenant_gpus(job.cluster)
-            ):
+            if name == "gpus" and scope == ("tenant",) and enforced_by_cluster(job.cluster):
                 continue  # the cluster holds this one (backend.tenant_gpu_limit)
             if limit is not None and getattr(used, name) + getattr(job, name) > limit:
                 return (
@@ -275,24 +262,3 @@ def admit_submitted(*, jobs: list[Job]) -> tuple[list[JobAttempt], list[JobEvent
     for cluster_id in {job.cluster_id for job in jobs}:
         transaction.on_commit(lambda c=cluster_id: request_dispatch(c))
     return attempts, events
-
-
-def tenant_gpu_limit_sync(*, cluster, backend, tenant) -> None:
-    """On a cluster that enforces the tenant GPU quota (see the module's docstring), give it
-    the tenant's quota (unlimited without one). The value last set is remembered in the
-    cache, so a dispatch pass calls the cluster only after a change."""
-    if not cluster_enforces_tenant_gpus(cluster):
-        return
-    from apps.identity.services import group_name
-
-    gpus = (
-        Quota.objects.filter(tenant=tenant, project=None, user=None)
-        .values_list("gpus", flat=True)
-        .first()
-    )
-    key = f"torus:tenant-gpu-limit:{cluster.pk}:{tenant.pk}"
-    if cache.get(key) == ("set", gpus):
-        return
-    backend.tenant_gpu_limit(tenant=tenant.slug, account=group_name(tenant=tenant), gpus=gpus)
-    cache.set(key, ("set", gpus), timeout=600)
-    logger.info("tenant %s on %s: GPU limit %s", tenant.slug, cluster.name, gpus)

@@ -23,7 +23,7 @@ from apps.core.bulk import bulk_update
 from apps.identity.directory import DirectoryUnavailable
 from apps.identity.services import IdentityError, JobIdentity, job_identity
 from apps.identity.storage import StorageError, job_tree_ensure, project_tree_ensure
-from apps.jobs import paths
+from apps.jobs import cluster_limits, paths
 from apps.jobs.datasets import attempt_datasets_prepare, plan_path
 from apps.jobs.inference import attempt_model_prepare, model_path, output_dir
 from apps.jobs.models import AttemptState, Job, JobAttempt, Kind
@@ -42,9 +42,7 @@ def prepare_identity(*, job: Job, cluster: Cluster, backend) -> JobIdentity:
     """Who a job runs as (made on first need), its tenant's GPU limit on the cluster and its
     project's tree: once per (user, project) a dispatch pass."""
     identity = job_identity(job=job, backend=backend, cluster=cluster)
-    from apps.jobs.admission import tenant_gpu_limit_sync  # here: an import cycle at the top
-
-    tenant_gpu_limit_sync(cluster=cluster, backend=backend, tenant=job.tenant)
+    cluster_limits.sync(cluster=cluster, backend=backend, tenants=[job.tenant], only_unset=True)
     project_tree_ensure(
         project=job.project, tenant_gid=identity.tenant_gid, project_gid=identity.gid
     )

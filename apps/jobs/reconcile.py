@@ -15,10 +15,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from apps.compute.backends import for_cluster
-from apps.compute.backends.base import BackendJob, ClusterUnavailable
+from apps.compute.backends.base import BackendJob, ClusterUnavailable, SubmitRejected
 from apps.compute.models import Cluster
 from apps.compute.services import inventory_store
-from apps.jobs import paths
+from apps.jobs import cluster_limits, paths
 from apps.jobs.admission import admit_tenant
 from apps.jobs.datasets import dataset_stages_record
 from apps.jobs.models import ATTEMPT_ENDED, AttemptState, Job, JobAttempt
@@ -131,6 +131,10 @@ def reconcile_cluster(*, cluster_id) -> dict:
     Cluster.objects.filter(pk=cluster.pk).update(
         healthy=True, last_error="", last_reconciled_at=timezone.now()
     )
+    try:  # the tenant GPU limits the cluster holds, with what it lends (a change only)
+        cluster_limits.sync(cluster=cluster, backend=backend)
+    except (ClusterUnavailable, SubmitRejected) as exc:  # the next pass tries again
+        logger.warning("GPU limits on %s not set: %s", cluster.name, exc)
     for tenant_id in tenants_with_room:
         admit_tenant(tenant_id=tenant_id)
     return stats
