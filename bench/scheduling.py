@@ -782,8 +782,9 @@ def quota_mode(
     """Where the tenants' GPU quotas are held on the benchmark cluster: by Torus's admission
     (the default; with `borrow`, Cluster.config quota_borrowing: a job held by its tenant's
     quota runs on idle GPUs, apps/jobs/borrowing.py), or by Slurm (Cluster.config
-    tenant_gpu_quota = "slurm": the dispatcher sets each tenant account's GrpTRES, admission
-    no longer holds jobs for it). `size_nice` sets Cluster.config size_nice (apps/jobs/
+    tenant_gpu_quota = "slurm": the platform sets each tenant account's GrpTRES, admission
+    no longer holds jobs for it; with `borrow` too, idle GPUs are lent by raising it,
+    apps/jobs/cluster_limits.py). `size_nice` sets Cluster.config size_nice (apps/jobs/
     priority.py cluster_nice; None: the platform's default)."""
     from apps.identity.services import group_name
     from apps.jobs import cluster_limits
