@@ -4,6 +4,7 @@ but on the test database and the tests' Redis: web servers behind the real HAPro
 started again by name."""
 
 import os
+import random
 import signal
 import socket
 import ssl
@@ -19,10 +20,27 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = ROOT / ".venv" / "bin"
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nothing listens on, never handed out twice here, and below the kernel's
+    ephemeral range: an outgoing connection's local port cannot take it between this check
+    and the server's bind (a CI run lost a web server so: "address already in use")."""
+    text = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text()
+    ephemeral = int(text.split()[0])
+    for _ in range(500):
+        port = random.randrange(21000, max(21001, ephemeral))
+        if port in _HANDED_OUT:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
+        return port
+    raise RuntimeError("no free port below the ephemeral range")
 
 
 def portal_env(**extra: str) -> dict:
