@@ -15,7 +15,6 @@ take the project's group (setgid directories), and the platform's unprivileged a
 
 import os
 import pwd
-import stat
 import subprocess
 from pathlib import Path
 
@@ -61,9 +60,10 @@ def _setfacl(path: Path, spec: str) -> None:
 
 def _half_made(path: Path, *, uid: int) -> bool:
     """Made by us (mode 0700, our uid) but never handed to `uid`: a dispatcher killed between
-    the mkdir and the chown. Finished now, or the job could not write to it."""
+    the mkdir and the chown. Finished now, or the job could not write to it. (The
+    permission bits only: under a setgid parent the new directory has the bit too.)"""
     st = path.lstat()
-    return st.st_uid == os.geteuid() != uid and stat.S_IMODE(st.st_mode) == 0o700
+    return st.st_uid == os.geteuid() != uid and st.st_mode & 0o777 == 0o700
 
 
 def _directory(path: Path, *, uid: int, gid: int, mode: int, enforce: bool = False) -> None:

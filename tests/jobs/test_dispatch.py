@@ -184,3 +184,19 @@ def test_a_tree_that_cannot_be_made_holds_that_job_back_not_the_pass(acme, slurm
     squatter.unlink()
     dispatch.dispatch_cluster(cluster_id=slurm_cluster.pk)
     assert drive(blocked).state == "SUCCEEDED"
+
+
+def test_a_directory_left_half_made_by_a_killed_dispatcher_is_finished(acme, slurm_cluster):
+    """Killed between the mkdir and the chown: the job's directory is the platform's, mode
+    0700 (02700 under the setgid project tree). The next pass hands it to the job's user."""
+    (job_id,) = _queued(acme, 1, command=("true",))
+    job = Job.objects.select_related("tenant", "project__tenant").get(pk=job_id)
+    identity = dispatch.prepare_identity(
+        job=job, cluster=slurm_cluster, backend=for_cluster(slurm_cluster)
+    )
+    job_dir = paths.job_dir(job)
+    os.mkdir(job_dir, 0o700)
+    assert os.stat(job_dir).st_mode & 0o7777 == 0o2700  # the setgid bit came from the parent
+    dispatch.dispatch_cluster(cluster_id=slurm_cluster.pk)
+    assert os.stat(job_dir).st_uid == identity.uid
+    assert drive(job_id).state == "SUCCEEDED"
