@@ -7,13 +7,14 @@ import pytest
 from django.urls import reverse
 
 from apps.compute.backends import for_cluster
+from apps.identity.services import group_name
 from apps.jobs import cluster_limits
 from apps.jobs.borrowing import cluster_gpus
 from apps.quotas.models import Quota
 from apps.tenancy.models import Role
 from tests.conftest import make_world
 from tests.factories import make_job
-from tests.jobs.conftest import slurm
+from tests.jobs.conftest import drive, slurm, submit
 
 pytestmark = pytest.mark.django_db
 
@@ -169,3 +170,29 @@ def test_a_busy_tenant_is_lent_what_the_others_leave_idle_and_gives_it_back(slur
     finally:
         for account in accounts:
             slurm("sacctmgr", "-i", "delete", "account", account, check=False)
+
+
+def test_slurm_holds_the_tenant_at_its_quota_until_room_frees(acme, slurm_cluster):
+    """Both jobs pass admission; Slurm runs the first, keeps the second waiting on the
+    tenant's limit (the job says so) and starts it when the first ends."""
+    slurm_cluster.config = {**slurm_cluster.config, "tenant_gpu_quota": "slurm"}
+    slurm_cluster.save()
+    Quota.objects.create(tenant=acme.tenant, gpus=2)
+    client = acme.client(Role.MEMBER)
+    try:
+        first = submit(
+            client, acme.project, command=["sleep", "60"], resources={"gpus_per_node": 2}
+        )["id"]
+        drive(first, until={"RUNNING"})
+        second = submit(client, acme.project, command=["true"], resources={"gpus_per_node": 1})
+        waiting = drive(second["id"], condition=lambda j: "AssocGrpGRES" in j.state_reason)
+        assert waiting.state == "SUBMITTED"
+        assert waiting.state_reason.startswith("waiting in Slurm: the tenant's GPU quota is in use")
+        response = client.post(reverse("job-cancel", kwargs={"pk": first}))
+        assert response.status_code == 200
+        assert drive(second["id"]).state == "SUCCEEDED"
+    finally:
+        for_cluster(slurm_cluster).tenant_gpu_limit(
+            tenant=acme.tenant.slug, account=group_name(tenant=acme.tenant), gpus=None
+        )
+        cluster_limits.forget(cluster=slurm_cluster, tenant_ids=[acme.tenant.pk])

@@ -381,6 +381,8 @@ class SlurmBackend:
 
     def waiting_message(self, job: BackendJob) -> str:
         shown = job.reason if job.reason not in ("", "None") else ""
+        if shown.startswith("AssocGrpGRES"):  # the tenant GPU limit (apps/jobs/cluster_limits.py)
+            return f"waiting in Slurm: the tenant's GPU quota is in use ({shown})"
         return f"waiting in Slurm: {shown}" if shown else "waiting in Slurm"
 
     def log_source(self) -> FileLogSource:
