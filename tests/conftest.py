@@ -45,6 +45,16 @@ def bearer_client(token: str | None) -> APIClient:
     return client
 
 
+async def refused_with(communicator) -> int | None:
+    """The close code a websocket is refused with: accepted, then closed before any message
+    (apps/tenancy/consumers.py::refuse)."""
+    connected, _ = await communicator.connect(timeout=5)
+    assert connected, "closed before accept: a browser sees HTTP 403, not the reason"
+    message = await communicator.receive_output(timeout=5)
+    assert message["type"] == "websocket.close", message
+    return message.get("code")
+
+
 def make_world(slug: str) -> TenantWorld:
     tenant = TenantFactory(slug=slug, name=slug.title())
     world = TenantWorld(tenant=tenant, project=ProjectFactory(tenant=tenant, slug=f"{slug}-proj"))

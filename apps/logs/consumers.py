@@ -2,7 +2,7 @@
 2000; both streams unless one is named), then its new lines, metrics and state changes.
 
 Authenticated by session or token (see apps/tenancy/websocket_auth.py), authorised per job
-at the handshake (another tenant's job is refused before accept, 4404) and for as long as the
+at the handshake (another tenant's job is accepted and closed at once with 4404) and for as long as the
 socket stays open: a revoked token, a logged-out session or a removed membership closes it
 within seconds (4401, 4403; apps/tenancy/consumers.py::AccessWatchMixin). Origin checked by
 the ASGI stack. Lines arrive in batches (apps/logs/live.py), never one message per line, and at most
@@ -35,7 +35,12 @@ from apps.core.actor import Actor
 from apps.jobs.models import Job
 from apps.logs.live import job_group, tenant_jobs_group
 from apps.logs.search_backlog import last_lines, streams_complete
-from apps.tenancy.consumers import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED, AccessWatchMixin
+from apps.tenancy.consumers import (
+    CLOSE_FORBIDDEN,
+    CLOSE_UNAUTHENTICATED,
+    AccessWatchMixin,
+    refuse,
+)
 from apps.tenancy.models import Membership, Project
 from apps.tenancy.policies import allowed
 
@@ -152,15 +157,15 @@ class JobLogConsumer(GroupSocket):
     async def connect(self):
         actor = self.scope.get("actor")
         if actor is None:
-            await self.close(code=CLOSE_UNAUTHENTICATED)
+            await refuse(self, CLOSE_UNAUTHENTICATED)
             return
         job_id = _uuid(self.scope["url_route"]["kwargs"]["job_id"])
         job = await _visible_job(actor, job_id) if job_id else None
         if job is None:
-            await self.close(code=CLOSE_NOT_FOUND)
+            await refuse(self, CLOSE_NOT_FOUND)
             return
         if not _may_follow(actor, job):
-            await self.close(code=CLOSE_FORBIDDEN)
+            await refuse(self, CLOSE_FORBIDDEN)
             return
         self.job = job
         query = parse_qs(self.scope.get("query_string", b"").decode())
@@ -214,14 +219,14 @@ class TenantJobsConsumer(GroupSocket):
     async def connect(self):
         actor = self.scope.get("actor")
         if actor is None:
-            await self.close(code=CLOSE_UNAUTHENTICATED)
+            await refuse(self, CLOSE_UNAUTHENTICATED)
             return
         tenant_id = _uuid(self.scope["url_route"]["kwargs"]["tenant_id"])
         if tenant_id not in actor.tenant_ids:  # not one of the actor's: as if it did not exist
-            await self.close(code=CLOSE_NOT_FOUND)
+            await refuse(self, CLOSE_NOT_FOUND)
             return
         if not _may_list_jobs(actor, tenant_id):
-            await self.close(code=CLOSE_FORBIDDEN)
+            await refuse(self, CLOSE_FORBIDDEN)
             return
         query = parse_qs(self.scope.get("query_string", b"").decode())
         project = (query.get("project") or [""])[-1]
@@ -229,7 +234,7 @@ class TenantJobsConsumer(GroupSocket):
         if project:
             self.project = _uuid(project)
             if self.project is None or not await _project_in(tenant_id, self.project):
-                await self.close(code=CLOSE_NOT_FOUND)
+                await refuse(self, CLOSE_NOT_FOUND)
                 return
         self.tenant_id = tenant_id
         await self.join(tenant_jobs_group(tenant_id))

@@ -23,6 +23,14 @@ CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
 
 
+async def refuse(consumer, code: int) -> None:
+    """Accept, then close with `code`: a socket closed before it is accepted reaches a browser
+    as a failed handshake (HTTP 403, code 1006, an error in its console, and a reconnect),
+    never as the reason; accepted first, it reads 4401, 4403 or 4404 and stays away."""
+    await consumer.accept()
+    await consumer.close(code=code)
+
+
 @database_sync_to_async
 def credentials_valid(scope) -> bool:
     """The socket's token is still live, or its session still signed in as the same user."""
@@ -115,7 +123,7 @@ class WhoAmIConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self):
         actor = self.scope.get("actor")
         if actor is None:
-            await self.close(code=CLOSE_UNAUTHENTICATED)
+            await refuse(self, CLOSE_UNAUTHENTICATED)
             return
         await self.accept()
         await self.send_json(

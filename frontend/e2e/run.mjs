@@ -21,8 +21,12 @@ function check(cond, message) {
   if (!cond) throw new Error(message);
 }
 
-async function newPage(browser, lang = "en") {
-  const context = await browser.newContext({ viewport: { width: 1366, height: 900 }, locale: lang === "zh" ? "zh-CN" : "en-US" });
+async function newPage(browser, lang = "en", { timezoneId } = {}) {
+  const context = await browser.newContext({
+    viewport: { width: 1366, height: 900 },
+    locale: lang === "zh" ? "zh-CN" : "en-US",
+    ...(timezoneId ? { timezoneId } : {}),
+  });
   // the starting language; a choice made in the page is kept across reloads
   await context.addInitScript((l) => localStorage.getItem("torus.lang") || localStorage.setItem("torus.lang", l), lang);
   const page = await context.newPage();
@@ -67,6 +71,27 @@ async function visit(page, name, lang, { axeCheck = true } = {}) {
   if (axeCheck) await axe(page, `${name}.${lang}`);
   if (shots) await page.screenshot({ path: `${shots}/${name}.${lang}.png`, fullPage: true });
   report.pages.push(`${name}.${lang}`);
+}
+
+/** Tab (never the mouse) until the focus is on an element matching `selector`. */
+async function tabTo(page, selector, { limit = 80 } = {}) {
+  await page.locator(selector).first().waitFor(); // the page has drawn it
+  for (let i = 0; i < limit; i++) {
+    await page.keyboard.press("Tab");
+    if (await page.evaluate((sel) => !!document.activeElement?.matches(sel), selector)) return;
+  }
+  throw new Error(`${limit} Tabs did not reach ${selector}`);
+}
+
+/** An ISO time as fmtTime shows it (YYYY-MM-DD HH:mm:ss), in the given time zone. */
+function inZone(iso, timeZone) {
+  const parts = Object.fromEntries(
+    new Intl.DateTimeFormat("en-CA", {
+      timeZone, year: "numeric", month: "2-digit", day: "2-digit",
+      hour: "2-digit", minute: "2-digit", second: "2-digit", hourCycle: "h23",
+    }).formatToParts(new Date(iso)).map((p) => [p.type, p.value]),
+  );
+  return `${parts.year}-${parts.month}-${parts.day} ${parts.hour}:${parts.minute}:${parts.second}`;
 }
 
 async function chooseOption(page, testId, label) {
@@ -144,6 +169,49 @@ const scenarios = {
     await visit(page, "job-logs", "zh");
     await page.getByTestId("sign-out").click();
     await page.getByTestId("login-submit").waitFor();
+  },
+
+  // With the keyboard alone: sign in, reach the submit form by the navigation, fill and send
+  // it. Times in the viewer's time zone (the browser's, here Asia/Kolkata, UTC+5:30). A
+  // session ended elsewhere (its cookie gone) brings back the sign-in form, saying so.
+  async people(browser) {
+    const { users, project } = params;
+    const timeZone = "Asia/Kolkata";
+    const page = await newPage(browser, "en", { timezoneId: timeZone });
+    await page.goto(`${base}/`);
+    await tabTo(page, '[data-testid="login-username"]');
+    await page.keyboard.type(users.member.username);
+    await tabTo(page, '[data-testid="login-password"]');
+    await page.keyboard.type(users.member.password);
+    await page.keyboard.press("Enter");
+    await page.getByTestId("whoami").filter({ hasText: users.member.username }).waitFor();
+
+    await tabTo(page, 'a[href="/jobs/new"]');
+    await page.keyboard.press("Enter");
+    await page.waitForURL(/\/jobs\/new$/);
+    await tabTo(page, '[data-testid="field-name"]');
+    await page.keyboard.type(params.jobName);
+    await tabTo(page, '[data-testid="field-project"] input');
+    await page.keyboard.type(project);
+    await page.keyboard.press("Enter");
+    await page.getByTestId("field-project").getByTitle(project).waitFor();
+    await tabTo(page, '[data-testid="field-command"]');
+    await page.keyboard.type("true");
+    await tabTo(page, '[data-testid="submit-button"]');
+    await page.keyboard.press("Enter");
+    await page.waitForURL(/\/jobs\/[0-9a-f-]{36}$/);
+    report.jobId = page.url().split("/").pop();
+
+    const job = await (await page.request.get(`${base}/api/v1/jobs/${report.jobId}/`)).json();
+    report.createdUtc = job.created_at;
+    report.createdShown = inZone(job.created_at, timeZone);
+    await page.getByRole("tab", { name: "Overview" }).click();
+    await page.getByText(report.createdShown).first().waitFor();
+
+    await page.context().clearCookies();
+    await page.getByRole("link", { name: "Jobs", exact: true }).click();
+    await page.getByTestId("login-submit").waitFor();
+    report.expiredSaid = await page.getByRole("status").innerText();
   },
 
   // A viewer sees no action they may not take.

@@ -47,6 +47,24 @@ def test_researcher_submits_follows_and_finds_a_job(
         assert f"{page}.en" in seen["pages"] and f"{page}.zh" in seen["pages"]
 
 
+def test_keyboard_alone_local_times_and_an_ended_session(browser_params, acme, cluster):
+    from datetime import datetime, timedelta
+
+    from apps.jobs.models import Job
+
+    seen = run_browser("people", {**browser_params, "jobName": "by-keys"})
+    job = Job.objects.get(pk=seen["jobId"])
+    assert (job.name, job.project_id, job.spec["command"]) == (
+        "by-keys",
+        acme.project.pk,
+        {"script": "true"},
+    )
+    shown = datetime.strptime(seen["createdShown"], "%Y-%m-%d %H:%M:%S")
+    utc = job.created_at.replace(tzinfo=None, microsecond=0)
+    assert shown - utc == timedelta(hours=5, minutes=30)  # Asia/Kolkata, not the server's UTC
+    assert seen["expiredSaid"] == "Your session has ended: sign in again."
+
+
 def test_viewer_sees_no_action_they_may_not_take(browser_params, acme):
     from apps.jobs.models import JobAttempt
     from apps.logs.models import FailureSignature, SignatureMatch

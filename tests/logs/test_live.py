@@ -10,6 +10,7 @@ from apps.jobs.models import JobAttempt
 from apps.logs.shipper import ship_pass
 from apps.tenancy.models import Role
 from config.asgi import application
+from tests.conftest import refused_with
 from tests.factories import make_job
 from tests.logs.conftest import count
 
@@ -72,16 +73,13 @@ async def test_another_tenants_job_is_refused_at_the_handshake(es, globex, runni
     ws = WebsocketCommunicator(
         application, f"/ws/jobs/{job.pk}/", headers=[ORIGIN, _bearer(globex.tokens[Role.OWNER])]
     )
-    connected, code = await ws.connect()
-    assert not connected and code == 4404
+    assert await refused_with(ws) == 4404
     ws = WebsocketCommunicator(application, f"/ws/jobs/{job.pk}/", headers=[ORIGIN])
-    connected, code = await ws.connect()
-    assert not connected and code == 4401
+    assert await refused_with(ws) == 4401
     ws = WebsocketCommunicator(
         application, "/ws/jobs/not-a-uuid/", headers=[ORIGIN, _bearer(globex.tokens[Role.OWNER])]
     )
-    connected, code = await ws.connect()
-    assert not connected and code == 4404
+    assert await refused_with(ws) == 4404
 
 
 async def _until(ws, kind: str, timeout: float = 10) -> dict:

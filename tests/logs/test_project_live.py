@@ -22,6 +22,7 @@ from apps.logs.consumers import CLOSE_NOT_FOUND
 from apps.tenancy.consumers import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED
 from apps.tenancy.models import Membership, Role
 from config.asgi import application
+from tests.conftest import refused_with
 from tests.factories import ProjectFactory, make_job
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -49,10 +50,7 @@ async def _subscribed(tenant_id, token: str, query: str = "") -> WebsocketCommun
 
 
 async def _refused(tenant_id, token: str | None, query: str = "") -> int | None:
-    ws = await _open(tenant_id, token, query)
-    connected, code = await ws.connect(timeout=5)
-    assert not connected
-    return code
+    return await refused_with(await _open(tenant_id, token, query))
 
 
 @sync_to_async

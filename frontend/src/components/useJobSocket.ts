@@ -1,9 +1,9 @@
-// Live sockets (apps/logs/consumers.py), reconnecting with backoff unless the server refused
-// (44xx): one job over /ws/jobs/{id}/ (backlog, then lines, metrics, state changes and stream
+// Live sockets (apps/logs/consumers.py), reconnecting with backoff unless the server closed
+// them with a reason (44xx; 4401, signed out, also ends the page's session): one job over /ws/jobs/{id}/ (backlog, then lines, metrics, state changes and stream
 // ends), and a jobs list over /ws/tenants/{id}/jobs/ (every state change of the tenant's jobs).
 import { useCallback, useEffect, useRef } from "react";
 import { useQueryClient } from "@tanstack/react-query";
-import { wsUrl } from "../api/client";
+import { session, wsUrl } from "../api/client";
 
 export type WsLine = {
   attempt_number: number;
@@ -50,6 +50,7 @@ function useLiveSocket<M>(path: string | null, onMessage: (m: M) => void) {
       ws.onopen = () => (delay = 1000);
       ws.onmessage = (ev) => handler.current(JSON.parse(ev.data) as M);
       ws.onclose = (ev) => {
+        if (ev.code === 4401) session.onExpired(); // signed out: the sign-in form, saying so
         if (closed || (ev.code >= 4400 && ev.code < 4500)) return;
         timer = setTimeout(open, delay);
         delay = Math.min(delay * 2, 30_000);
