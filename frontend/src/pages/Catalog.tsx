@@ -3,7 +3,7 @@
 // Models: a version's lineage as a graph, and alias moves for roles that may (policy.json).
 import { useRef, useState, type ReactNode } from "react";
 import type { ColumnsType } from "antd/es/table";
-import { Alert, Button, Input, InputNumber, List, Progress, Space, Table, Tag, Typography } from "antd";
+import { Alert, Button, Input, InputNumber, List, Popconfirm, Progress, Space, Table, Tag, Typography } from "antd";
 import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
 import { Chart } from "../components/Chart";
 import { CATEGORIES, lineageGraph, type Lineage } from "../lineage";
@@ -346,6 +346,31 @@ function AliasMove({ id, n }: { id: string; n: number }) {
   );
 }
 
+/** An alias with a button that removes it (DELETE .../aliases/{alias}/, audited), confirmed. */
+function AliasTag({ id, alias }: { id: string; alias: string }) {
+  const { t } = useI18n();
+  const qc = useQueryClient();
+  const m = useMutation({
+    mutationFn: async () =>
+      unwrap(await api.DELETE("/api/v1/models/{id}/aliases/{alias}/", { params: { path: { id, alias } } })),
+    onSuccess: () => {
+      qc.invalidateQueries({ queryKey: ["model-versions", id] });
+      qc.invalidateQueries({ queryKey: ["models"] });
+    },
+  });
+  return (
+    <Tag>
+      {alias}
+      <Popconfirm title={t("alias.remove")} onConfirm={() => m.mutate()}>
+        <Button type="link" size="small" aria-label={`${t("alias.remove")}: ${alias}`} data-testid={`alias-remove-${alias}`}>
+          ×
+        </Button>
+      </Popconfirm>
+      {m.error && <ErrorState error={m.error} />}
+    </Tag>
+  );
+}
+
 function ModelVersions({ id }: { id: string }) {
   const { t } = useI18n();
   const { can } = useSession();
@@ -368,7 +393,12 @@ function ModelVersions({ id }: { id: string }) {
           { title: "#", dataIndex: "number" },
           { title: t("common.state"), dataIndex: "state", render: (s: string) => <Tag>{s}</Tag> },
           { title: t("catalog.stage"), dataIndex: "stage" },
-          { title: t("catalog.aliases"), dataIndex: "aliases", render: (a: string[]) => a.map((x) => <Tag key={x}>{x}</Tag>) },
+          {
+            title: t("catalog.aliases"),
+            dataIndex: "aliases",
+            render: (a: string[]) =>
+              a.map((x) => (can("model", "alias") ? <AliasTag key={x} id={id} alias={x} /> : <Tag key={x}>{x}</Tag>)),
+          },
           { title: "framework", dataIndex: "framework" },
           { title: t("catalog.files"), dataIndex: "file_count" },
           {

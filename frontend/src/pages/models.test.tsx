@@ -72,12 +72,29 @@ describe("model lineage", () => {
     expect(await put.clone().json()).toEqual({ version: 2 });
   });
 
+  it("removes an alias for a member, after asking", async () => {
+    const { calls } = fakeApi({
+      ...routes("member"),
+      "GET /api/v1/models/m1/versions/": () => page([{ ...VERSION, aliases: ["staging"] }]),
+      "DELETE /api/v1/models/m1/aliases/staging/": () => ({}),
+    });
+    renderAt("/models");
+    fireEvent.click(await screen.findByRole("button", { name: /expand row/i }));
+    fireEvent.click(await screen.findByRole("button", { name: "Remove this alias: staging" }));
+    expect(calls.some((r) => r.method === "DELETE")).toBe(false); // not before the confirmation
+    fireEvent.click(await screen.findByRole("button", { name: "OK" }));
+    await waitFor(() => expect(calls.some((r) => r.method === "DELETE")).toBe(true));
+    const gone = calls.find((r) => r.method === "DELETE")!;
+    expect(new URL(gone.url).pathname).toBe("/api/v1/models/m1/aliases/staging/");
+  });
+
   it("hides alias moves from a viewer, in Chinese", async () => {
     fakeApi(routes("viewer"));
     renderAt("/models", "zh");
     fireEvent.click(await screen.findByRole("button", { name: /展开行|expand row/i }));
     expect(await screen.findByTestId("lineage-2")).toBeInTheDocument();
     expect(screen.queryByTestId("alias-2")).toBeNull();
+    expect(screen.queryByRole("button", { name: /删除此别名/ })).toBeNull();
     expect(screen.queryByText("将别名指向此版本")).toBeNull();
   });
 });

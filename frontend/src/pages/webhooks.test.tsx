@@ -69,4 +69,24 @@ describe("webhooks console", () => {
     await waitFor(() => expect(screen.getAllByText("提交作业").length).toBeGreaterThan(0));
     expect(screen.queryByText("Webhook")).toBeNull();
   });
+
+  it("deletes a webhook after asking", async () => {
+    let hooks = [HOOK];
+    const { calls } = fakeApi({
+      "GET /api/v1/auth/me": () => ME("admin"),
+      "GET /api/v1/projects/": () => PROJECTS,
+      "GET /api/v1/webhooks/": () => page(hooks),
+      "DELETE /api/v1/webhooks/w1/": () => {
+        hooks = [];
+        return {};
+      },
+    });
+    renderAt("/console/webhooks");
+    expect(await screen.findByText("https://ci.example.org/hook")).toBeInTheDocument();
+    fireEvent.click(screen.getByRole("button", { name: "Delete" }));
+    fireEvent.click(await screen.findByRole("button", { name: "OK" }));
+    await waitFor(() => expect(screen.queryByText("https://ci.example.org/hook")).toBeNull());
+    const gone = calls.find((r) => r.method === "DELETE")!;
+    expect(new URL(gone.url).pathname).toBe("/api/v1/webhooks/w1/");
+  });
 });

@@ -554,6 +554,10 @@ function Webhooks() {
     async () => unwrap(await api.GET("/api/v1/webhooks/", { params: { query: { page_size: 200 } } })).results,
     can("webhook", "read"),
   );
+  const remove = useMutate(
+    async (id: string) => unwrap(await api.DELETE("/api/v1/webhooks/{id}/", { params: { path: { id } } })),
+    ["webhooks"],
+  );
   if (!can("webhook", "read")) return <Forbidden text={t("admin.notAdmin")} />;
   return (
     <Section
@@ -570,6 +574,16 @@ function Webhooks() {
           { title: t("admin.description"), dataIndex: "description" },
           { title: t("admin.active"), dataIndex: "active", render: (v: boolean) => (v ? "✓" : "✗") },
           { title: t("common.created"), dataIndex: "created_at", render: fmtTime },
+          ...(can("webhook", "delete")
+            ? [
+                {
+                  title: t("common.actions"),
+                  render: (_: unknown, w: Schemas["Webhook"]) => (
+                    <ConfirmButton label="common.delete" onConfirm={() => remove.mutate(w.id)} />
+                  ),
+                },
+              ]
+            : []),
         ]}
       />
       <CreateModal<{ url: string; events: Schemas["EventsEnum"][]; description?: string }>
