@@ -315,6 +315,7 @@ const scenarios = {
     await expand("/models", "Models");
     await page.getByTestId("lineage-1").click();
     await page.getByTestId("lineage").locator("canvas").first().waitFor();
+    await page.getByText("Alias moves").waitFor(); // the production alias, set by the test
     await visit(page, "model-panel", "en");
 
     await chooseOption(page, "lang-switch", "简体中文");
@@ -324,6 +325,7 @@ const scenarios = {
     await expand("/models", "模型");
     await page.getByTestId("lineage-1").click();
     await page.getByTestId("lineage").locator("canvas").first().waitFor();
+    await page.getByText("别名变更记录").waitFor();
     await visit(page, "model-panel", "zh");
   },
 

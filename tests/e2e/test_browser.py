@@ -134,6 +134,10 @@ def test_an_interrupted_upload_resumes_and_the_catalogue_panels_pass_axe(
     put = member.put(f"{url}/files/w.bin/?offset=0", b"w", content_type="application/octet-stream")
     assert put.status_code == 200, put.content
     assert member.post(f"{url}/commit/").status_code == 200
+    alias = member.put(
+        f"/api/v1/models/{model['id']}/aliases/production/", {"version": 1}, format="json"
+    )
+    assert alias.status_code == 200, alias.content  # the panel shows the move, checked by axe
 
     data = hashlib.shake_256(b"torus e2e upload").digest(20 * 1024 * 1024 + 123)
     upload = tmp_path / "big.bin"

@@ -422,7 +422,36 @@ function ModelVersions({ id }: { id: string }) {
         ]}
       />
       {shown !== null && <ModelLineage id={id} n={shown} />}
+      <AliasHistory id={id} />
     </Space>
+  );
+}
+
+/** Every move of the model's aliases, newest first (from the audit log). */
+function AliasHistory({ id }: { id: string }) {
+  const { t } = useI18n();
+  const q = useQuery({
+    queryKey: ["model-versions", id, "alias-history"],
+    queryFn: async () =>
+      unwrap(await api.GET("/api/v1/models/{id}/alias-history/", { params: { path: { id } } })),
+  });
+  if (q.error) return <ErrorState error={q.error} />;
+  if (!q.data?.length) return null;
+  const v = (n: number | null | undefined) => (n == null ? "—" : `v${n}`);
+  return (
+    <Table
+      rowKey={(m) => `${m.at}-${m.alias}`}
+      size="small"
+      pagination={false}
+      title={() => t("alias.history")}
+      dataSource={[...q.data].reverse()}
+      columns={[
+        { title: t("alias.name"), dataIndex: "alias" },
+        { title: t("alias.moved"), key: "move", render: (_, m) => `${v(m.from_version)} → ${v(m.to_version)}` },
+        { title: t("alias.by"), dataIndex: "actor" },
+        { title: t("alias.at"), dataIndex: "at", render: fmtTime },
+      ]}
+    />
   );
 }
 

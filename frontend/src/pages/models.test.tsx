@@ -43,6 +43,7 @@ const routes = (role: string) => ({
   "GET /api/v1/models/m1/versions/": () => page([VERSION]),
   "GET /api/v1/models/m1/versions/2/lineage/": () => LINEAGE,
   "PUT /api/v1/models/m1/aliases/production/": () => ({ alias: "production", version: 2 }),
+  "GET /api/v1/models/m1/alias-history/": () => [],
 });
 
 describe("model lineage", () => {
@@ -77,9 +78,16 @@ describe("model lineage", () => {
       ...routes("member"),
       "GET /api/v1/models/m1/versions/": () => page([{ ...VERSION, aliases: ["staging"] }]),
       "DELETE /api/v1/models/m1/aliases/staging/": () => ({}),
+      "GET /api/v1/models/m1/alias-history/": () => [
+        { alias: "staging", from_version: null, to_version: 1, actor: "ada", at: "2026-01-01T00:00:00Z" },
+        { alias: "staging", from_version: 1, to_version: 2, actor: "bob", at: "2026-01-02T00:00:00Z" },
+      ],
     });
     renderAt("/models");
     fireEvent.click(await screen.findByRole("button", { name: /expand row/i }));
+    expect(await screen.findByText("Alias moves")).toBeInTheDocument(); // newest first
+    const moves = screen.getAllByRole("row").map((r) => r.textContent ?? "").filter((r) => r.startsWith("staging"));
+    expect(moves.map((r) => r.replace(/\d{4}-.*$/, ""))).toEqual(["stagingv1 → v2bob", "staging— → v1ada"]);
     fireEvent.click(await screen.findByRole("button", { name: "Remove this alias: staging" }));
     expect(calls.some((r) => r.method === "DELETE")).toBe(false); // not before the confirmation
     fireEvent.click(await screen.findByRole("button", { name: "OK" }));
