@@ -4,13 +4,17 @@ UTC) and the GPUs allocated on average in it, per tenant, project or user.
 An attempt's record spans [started_at, ended_at]; its GPU-seconds are spread over the buckets
 it overlaps in proportion to the overlap (one that ends where it starts counts in the bucket
 of its end). One SQL statement: the buckets from generate_series joined with the records the
-actor may see (the same `visible_to` as every usage read), summed per bucket and group.
+actor may see (the same `visible_to` as every usage read), summed per bucket and group. The
+attempts running now have no record yet: each counts its GPUs from its start until now (a
+second statement), so the chart shows what is allocated while it runs.
 """
 
 from datetime import UTC, datetime, timedelta
 
+from django.apps import apps
 from django.db import connection
 from django.db.models import F
+from django.utils import timezone
 
 from apps.core.actor import Actor
 from apps.quotas.models import UsageRecord
@@ -89,6 +93,17 @@ def utilisation_history(
     for start, *group, value in rows:
         series = seconds.setdefault(tuple(group), [0.0] * len(starts))
         series[index[start.astimezone(UTC)]] += max(float(value or 0), 0.0)
+    running = _running(actor=actor, end=end, keys=keys, names=names)
+    if tenant_id is not None:
+        running = running.filter(job__tenant_id=tenant_id)
+    if project_id is not None:
+        running = running.filter(job__project_id=project_id)
+    now = timezone.now()
+    for row in running:
+        series = seconds.setdefault(tuple(row[f"g_{k}"] for k in keys), [0.0] * len(starts))
+        for i, start in enumerate(starts):
+            overlap = min(now, start + step) - max(row["started_at"], start)
+            series[i] += max(overlap.total_seconds(), 0.0) * row["job__gpus"]
     length = step.total_seconds()
     return [
         {
@@ -100,3 +115,15 @@ def utilisation_history(
         }
         for group, values in sorted(seconds.items())
     ]
+
+
+def _running(*, actor: Actor, end: datetime, keys, names: dict):
+    """The attempts the actor may see running, started before `end`, without a ledger line."""
+    attempts = apps.get_model("jobs", "JobAttempt").objects.visible_to(actor)
+    names = {k: f"job__{v}" for k, v in names.items()}
+    return (
+        attempts.filter(state="RUNNING", started_at__lt=end, usage__isnull=True)
+        .exclude(started_at=None)
+        .annotate(**{f"g_{k}": F(names[k]) for k in keys})
+        .values("started_at", "job__gpus", *(f"g_{k}" for k in keys))
+    )

@@ -126,7 +126,32 @@ def test_hours_per_user_and_one_project(acme):
     assert [s["user"] for s in only["series"]] == ["acme-member"]
 
 
-def test_one_query_whatever_the_ledger_holds(acme):
+def test_a_running_attempt_counts_from_its_start_until_now(acme, globex):
+    now = datetime.now(UTC)
+    hour = now.replace(minute=0, second=0, microsecond=0)
+    for world, gpus in ((acme, 4), (globex, 8)):  # globex's: never counted here
+        job = make_job(
+            project=world.project,
+            user=world.users[Role.MEMBER],
+            state="RUNNING",
+            gpus_per_node=gpus,
+        )
+        JobAttempt.objects.create(
+            job=job, number=1, state="RUNNING", started_at=hour - timedelta(hours=2)
+        )
+    body = history(
+        acme.client(Role.VIEWER),
+        since=(hour - timedelta(hours=3)).isoformat(),
+        until=(hour + timedelta(hours=1)).isoformat(),
+        bucket="hour",
+    )
+    (series,) = body["series"]
+    gpus = [p["gpus"] for p in series["points"]]
+    assert gpus[:3] == [0.0, 4.0, 4.0]  # before it, then its two whole hours
+    assert 0 < gpus[3] <= 4.0 * (now - hour).total_seconds() / 3600 + 0.01  # this hour so far
+
+
+def test_two_queries_whatever_the_ledger_and_the_running_hold(acme):
     client = acme.client(Role.VIEWER)
     params = {"since": DAY1.isoformat(), "until": (DAY1 + timedelta(days=10)).isoformat()}
 
@@ -140,6 +165,8 @@ def test_one_query_whatever_the_ledger_holds(acme):
     baseline = count()
     for i in range(20):
         used(acme, start=DAY1 + timedelta(hours=7 * i), hours=3, gpus=1 + i % 3)
+        job = make_job(project=acme.project, user=acme.users[Role.MEMBER], state="RUNNING")
+        JobAttempt.objects.create(job=job, number=1, state="RUNNING", started_at=DAY1)
     assert count() == baseline
 
 

@@ -63,7 +63,7 @@ class HistorySerializer(serializers.Serializer):
 class UsageHistoryView(APIView):
     """GPU-hours per hour, day or week (UTC) from the usage ledger, spread over the buckets
     each attempt ran in, and the GPUs allocated on average, per tenant, project or user: one
-    series each, a point for every bucket. Only ended attempts are in the ledger."""
+    series each, a point for every bucket. An attempt still running counts until now."""
 
     resource, policy_action = "usage", "read"
 
