@@ -58,6 +58,23 @@ describe("model lineage", () => {
     ]);
   });
 
+  it("follows the version forward to the inference jobs that read it and what they wrote", () => {
+    const g = lineageGraph({
+      ...LINEAGE,
+      inference_jobs: [
+        { id: "j7", name: "score", output_dataset_versions: [{ id: "dv5", ref: "predictions:1" }] },
+      ],
+    });
+    expect(g.nodes.slice(-2).map((n) => [n.name, n.category])).toEqual([
+      ["score", 3],
+      ["predictions:1", 0],
+    ]);
+    expect(g.links.slice(-2)).toEqual([
+      { source: "m:v2", target: "i:j7" },
+      { source: "i:j7", target: "o:dv5" },
+    ]);
+  });
+
   it("draws the lineage and moves an alias for a member", async () => {
     const { calls } = fakeApi(routes("member"));
     renderAt("/models");
