@@ -2,8 +2,8 @@
 2000; both streams unless one is named), then its new lines, metrics and state changes.
 
 Authenticated by session or token (see apps/tenancy/websocket_auth.py), authorised per job
-at the handshake (another tenant's job is accepted and closed at once with 4404) and for as long as the
-socket stays open: a revoked token, a logged-out session or a removed membership closes it
+at the handshake (another tenant's job: accepted and closed at once, 4404) and for as long as
+the socket stays open: a revoked token, a logged-out session or a removed membership closes it
 within seconds (4401, 4403; apps/tenancy/consumers.py::AccessWatchMixin). Origin checked by
 the ASGI stack. Lines arrive in batches (apps/logs/live.py), never one message per line, and at most
 TORUS_LIVE_MAX_LINES_PER_SECOND reach one viewer: beyond that a "skipped" message says how
