@@ -143,22 +143,33 @@ def submission(*, tenant: str, project: str, job_root: str, **overrides) -> Subm
     return Submission(**(base | overrides))
 
 
+def served(call, *args, timeout: float = 60.0, **kwargs):
+    """`call(*args, **kwargs)`, again while the apiserver answers 429 or 503: a restarted
+    apiserver serves a resource's requests only once its storage has (re)initialised, and
+    says so with a Retry-After, which a client follows."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return call(*args, **kwargs)
+        except client.ApiException as exc:
+            if exc.status not in (429, 503) or time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+
+
 def delete_tenant_objects(kube_admin, tenant: str) -> None:
     """What the backend made for a test tenant: its namespace (and so its Jobs), its
     ClusterQueue and its projects' volumes."""
     core = client.CoreV1Api(kube_admin)
     custom = client.CustomObjectsApi(kube_admin)
     selector = f"torus.io/tenant={tenant}"
-    for ns in core.list_namespace(label_selector=selector).items:
-        core.delete_namespace(ns.metadata.name, propagation_policy="Background")
-    for pv in core.list_persistent_volume(label_selector=selector).items:
-        core.delete_persistent_volume(pv.metadata.name)
-    for cq in custom.list_cluster_custom_object(
-        "kueue.x-k8s.io", "v1beta2", "clusterqueues", label_selector=selector
-    )["items"]:
-        custom.delete_cluster_custom_object(
-            "kueue.x-k8s.io", "v1beta2", "clusterqueues", cq["metadata"]["name"]
-        )
+    for ns in served(core.list_namespace, label_selector=selector).items:
+        served(core.delete_namespace, ns.metadata.name, propagation_policy="Background")
+    for pv in served(core.list_persistent_volume, label_selector=selector).items:
+        served(core.delete_persistent_volume, pv.metadata.name)
+    queues = ("kueue.x-k8s.io", "v1beta2", "clusterqueues")
+    for cq in served(custom.list_cluster_custom_object, *queues, label_selector=selector)["items"]:
+        served(custom.delete_cluster_custom_object, *queues, cq["metadata"]["name"])
 
 
 def cluster_view(kube_admin, *, tenant: str, pool: str) -> str:

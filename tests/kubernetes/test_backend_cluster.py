@@ -29,6 +29,7 @@ from tests.kubernetes.kube_helpers import (
     forget_pools,
     make_cluster,
     record_of,
+    served,
     start_watch,
     submission,
     wait_for,
@@ -82,7 +83,7 @@ def k8s(db, kube_env, kube_admin, tmp_path):
     core = client.CoreV1Api(kube_admin)
     for name in made.nodes:
         try:
-            core.delete_node(name)
+            served(core.delete_node, name)
         except client.ApiException as exc:
             if exc.status != 404:
                 raise
