@@ -1,6 +1,7 @@
 // Live sockets (apps/logs/consumers.py), reconnecting with backoff unless the server closed
-// them with a reason (44xx; 4401, signed out, also ends the page's session): one job over /ws/jobs/{id}/ (backlog, then lines, metrics, state changes and stream
-// ends), and a jobs list over /ws/tenants/{id}/jobs/ (every state change of the tenant's jobs).
+// them with a reason (44xx; 4401, signed out, also ends the page's session): one job over
+// /ws/jobs/{id}/ (backlog, then lines, metrics, state changes and stream ends), and a jobs
+// list over /ws/tenants/{id}/jobs/ (every state change of the tenant's jobs).
 import { useCallback, useEffect, useRef } from "react";
 import { useQueryClient } from "@tanstack/react-query";
 import { session, wsUrl } from "../api/client";
