@@ -19,7 +19,7 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from apps.core import plain_http  # noqa: E402
 from apps.serving.gateway import PREFIX as SERVE_PREFIX  # noqa: E402
 from apps.serving.gateway.app import application as serving_gateway  # noqa: E402
-from apps.tenancy.websocket_auth import TorusAuthMiddlewareStack  # noqa: E402
+from apps.tenancy.websocket_auth import TokenOrSessionActorMiddleware  # noqa: E402
 from config.routing import websocket_urlpatterns  # noqa: E402
 
 
@@ -37,7 +37,7 @@ application = ProtocolTypeRouter(
     {
         "http": http,
         "websocket": AllowedHostsOriginValidator(
-            TorusAuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+            TokenOrSessionActorMiddleware(URLRouter(websocket_urlpatterns))
         ),
     }
 )

@@ -1,8 +1,8 @@
 """The hot plain-HTTP API calls served by Django's WSGI handler from the ASGI application.
 
-Django's ASGI handler runs every synchronous view of a process in one thread, reached from
-the event loop by hops that on a busy machine each wait to be scheduled; that one thread
-also serialises every request's database and Redis waits. Here a request to one of ROUTES
+Django's ASGI handler runs a request's synchronous middleware and view in a thread started
+for that request (asgiref's per-request context), reached from the event loop by several
+hops that on a busy machine each wait to be scheduled. Here a request to one of ROUTES
 whose body is announced and small (Content-Length at most TORUS_MAX_BODY_BYTES; a larger
 one goes on to be refused as before) is read whole on the event loop and handed, once, to
 Django's WSGI handler in one of TORUS_PLAIN_HTTP_THREADS threads (the WSGI servers' model:

@@ -27,11 +27,11 @@ import time
 import uuid
 from urllib.parse import parse_qs
 
-from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
 from apps.core.actor import Actor
+from apps.core.db_threads import QueriesInPoolThreads, in_pool_thread
 from apps.jobs.models import Job
 from apps.logs.live import job_group, tenant_jobs_group
 from apps.logs.search_backlog import last_lines, streams_complete
@@ -49,7 +49,7 @@ DEFAULT_TAIL, MAX_TAIL = 200, 2000
 STREAMS = ("stdout", "stderr")
 
 
-@database_sync_to_async
+@in_pool_thread
 def _visible_job(actor, job_id):
     return Job.objects.visible_to(actor).select_related("tenant").filter(pk=job_id).first()
 
@@ -68,7 +68,7 @@ def _fresh_actor(actor: Actor, tenant_id) -> Actor:
     return Actor(user=actor.user, roles={tenant_id: role} if role else {}, token=actor.token)
 
 
-@database_sync_to_async
+@in_pool_thread
 def _still_may_follow(actor: Actor, job: Job) -> bool:
     return _may_follow(_fresh_actor(actor, job.tenant_id), job)
 
@@ -77,12 +77,12 @@ def _may_list_jobs(actor: Actor, tenant_id) -> bool:
     return allowed(actor, resource="job", action="read", tenant_id=tenant_id)
 
 
-@database_sync_to_async
+@in_pool_thread
 def _still_may_list_jobs(actor: Actor, tenant_id) -> bool:
     return _may_list_jobs(_fresh_actor(actor, tenant_id), tenant_id)
 
 
-@database_sync_to_async
+@in_pool_thread
 def _project_in(tenant_id, project_id) -> bool:
     return Project.objects.filter(tenant_id=tenant_id, pk=project_id).exists()
 
@@ -94,7 +94,7 @@ def _uuid(value) -> uuid.UUID | None:
         return None
 
 
-@database_sync_to_async
+@in_pool_thread
 def _backlog(job, tail: int, stream: str | None) -> dict:
     job.refresh_from_db(fields=["state", "state_reason"])
     return {
@@ -121,7 +121,7 @@ class LineBudget:
         return granted
 
 
-class GroupSocket(AccessWatchMixin, AsyncJsonWebsocketConsumer):
+class GroupSocket(QueriesInPoolThreads, AccessWatchMixin, AsyncJsonWebsocketConsumer):
     """A socket that, once allowed, is accepted (with the "torus" subprotocol when offered),
     joins one Channels group and watches its access; it leaves the group when it closes."""
 

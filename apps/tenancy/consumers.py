@@ -12,11 +12,11 @@ import asyncio
 import contextlib
 import random
 
-from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 from django.utils import timezone
 
+from apps.core.db_threads import QueriesInPoolThreads, in_pool_thread
 from apps.tenancy.live import token_group, user_group
 
 CLOSE_UNAUTHENTICATED = 4401
@@ -31,7 +31,7 @@ async def refuse(consumer, code: int) -> None:
     await consumer.close(code=code)
 
 
-@database_sync_to_async
+@in_pool_thread
 def credentials_valid(scope) -> bool:
     """The socket's token is still live, or its session still signed in as the same user."""
     from importlib import import_module
@@ -119,7 +119,7 @@ class AccessWatchMixin:
         await self.recheck_access()
 
 
-class WhoAmIConsumer(AsyncJsonWebsocketConsumer):
+class WhoAmIConsumer(QueriesInPoolThreads, AsyncJsonWebsocketConsumer):
     async def connect(self):
         actor = self.scope.get("actor")
         if actor is None:

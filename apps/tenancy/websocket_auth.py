@@ -5,9 +5,9 @@ subprotocol (browsers cannot set headers on websockets).
 """
 
 from channels.auth import AuthMiddlewareStack
-from channels.db import database_sync_to_async
 from rest_framework.exceptions import AuthenticationFailed
 
+from apps.core.db_threads import in_pool_thread
 from apps.tenancy.access import actor_for_user
 from apps.tenancy.authentication import token_lookup
 
@@ -26,7 +26,7 @@ def _bearer_from_scope(scope) -> str | None:
     return None
 
 
-@database_sync_to_async
+@in_pool_thread
 def _token_actor(plaintext: str):
     try:
         token = token_lookup(plaintext)
@@ -35,26 +35,34 @@ def _token_actor(plaintext: str):
     return actor_for_user(user=token.user, token=token)
 
 
-@database_sync_to_async
+@in_pool_thread
 def _session_actor(user):
     return actor_for_user(user=user)
 
 
-class TokenOrSessionActorMiddleware:
-    """Puts scope["actor"] (an Actor or None) on every websocket connection."""
+class SessionActorMiddleware:
+    """Puts scope["actor"] from the session's user (Channels' auth middleware, outside it)."""
 
     def __init__(self, inner):
         self.inner = inner
 
     async def __call__(self, scope, receive, send):
-        plaintext = _bearer_from_scope(scope)
-        if plaintext is not None:
-            actor = await _token_actor(plaintext)
-        else:
-            user = scope.get("user")
-            actor = await _session_actor(user) if user and user.is_authenticated else None
+        user = scope.get("user")
+        actor = await _session_actor(user) if user and user.is_authenticated else None
         return await self.inner({**scope, "actor": actor}, receive, send)
 
 
-def TorusAuthMiddlewareStack(inner):
-    return AuthMiddlewareStack(TokenOrSessionActorMiddleware(inner))
+class TokenOrSessionActorMiddleware:
+    """Puts scope["actor"] (an Actor or None) on every websocket connection. A socket with a
+    bearer token skips the session and the user lookups of Channels' auth stack."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.by_session = AuthMiddlewareStack(SessionActorMiddleware(inner))
+
+    async def __call__(self, scope, receive, send):
+        plaintext = _bearer_from_scope(scope)
+        if plaintext is None:
+            return await self.by_session(scope, receive, send)
+        actor = await _token_actor(plaintext)
+        return await self.inner({**scope, "actor": actor}, receive, send)

@@ -216,3 +216,30 @@ async def test_a_socket_that_fails_after_accept_leaves_its_group_and_stops_reche
     key = layer._group_key(job_group(job.pk))
     async with layer.connection(layer.consistent_hash(key)) as redis:
         assert await redis.zcard(key) == 0  # no dead channel left in the job's group
+
+
+async def test_the_handshake_and_backlog_do_not_wait_for_the_sync_thread(es, acme, running):
+    """Sync code outside a request context runs in one thread per process (asgiref's). A
+    socket's queries run in pool threads instead (apps/core/db_threads.py): one slow call
+    there (another socket's backlog under load) holds no viewer's handshake and backlog up."""
+    import asyncio
+    import threading
+
+    from asgiref.sync import sync_to_async
+
+    job, _ = running
+    release = threading.Event()
+    holding = asyncio.ensure_future(sync_to_async(release.wait, thread_sensitive=True)())
+    try:
+        ws = WebsocketCommunicator(
+            application, f"/ws/jobs/{job.pk}/", headers=[ORIGIN, _bearer(acme.tokens[Role.VIEWER])]
+        )
+        connected, _ = await ws.connect(timeout=10)
+        assert connected
+        backlog = await ws.receive_json_from(timeout=10)
+        assert backlog["type"] == "backlog" and backlog["state"] == "RUNNING"
+        assert not holding.done()  # the sync thread was held all along
+    finally:
+        release.set()
+        await holding
+    await ws.disconnect()
