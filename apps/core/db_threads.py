@@ -3,7 +3,7 @@ pool threads.
 
 Channels' `database_sync_to_async` runs a call in asgiref's one thread for sync code outside a
 request context: in a web process every socket's handshake queries, backlog (an Elasticsearch
-request) and access recheck waited in a single queue, behind each other. (Django's HTTP views
+request) and access recheck wait in a single queue, behind each other. (Django's HTTP views
 each get a thread of their own request context; sockets have none.) Here a call runs in one of
 the loop's executor threads and hands its connection back to the pool when it ends, itself:
 such a thread may exit (the loop closes, the executor shrinks), and a connection it still held
