@@ -62,6 +62,12 @@ def _active_attempts(*, shards: ShardLeases | None):
             "attempt_id", "stream"
         )
     )
+    # Both streams complete but the attempt not marked: a shipper SIGKILLed between the last
+    # cursor and the mark (_stream_shipped). Nothing is left to ship; mark it, or every pass
+    # would list it for ever and nothing would say its logs are all in.
+    finished = {pk for pk, _ in done if all((pk, stream) in done for stream in STREAMS)}
+    if finished:
+        JobAttempt.objects.filter(pk__in=finished).update(logs_shipped=True)
     for attempt in attempts:
         if shards is not None and not (shards.refresh() and shards.owns(attempt.pk)):
             continue  # (refresh: a long pass keeps its leases, and drops those it lost)

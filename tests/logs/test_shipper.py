@@ -213,6 +213,23 @@ def test_a_job_deleted_while_its_logs_ship_does_not_stop_the_shipper(es, attempt
     assert not LogCursor.objects.filter(attempt_id=attempt.pk).exists()
 
 
+def test_an_attempt_whose_streams_completed_before_a_kill_is_marked_shipped(es, attempt):
+    """A shipper SIGKILLed after its last cursor completed but before it marked the attempt
+    (the 30-minute soak found one): the next pass marks it; nothing is shipped again."""
+    import apps.logs.shipper as shipper
+
+    write(attempt, b"one\n")
+    finish(attempt)
+    attempt.refresh_from_db()
+    for stream in ("stdout", "stderr"):
+        shipper.ship_stream(attempt, stream)
+    JobAttempt.objects.filter(pk=attempt.pk).update(logs_shipped=False)  # the mark, lost
+    assert LogCursor.objects.filter(attempt=attempt, complete=True).count() == 2
+    assert ship_pass().documents == 0
+    assert JobAttempt.objects.get(pk=attempt.pk).logs_shipped
+    assert count(attempt=attempt) == 1
+
+
 def test_a_stream_it_cannot_read_does_not_stop_the_others(es, attempt, tmp_path, caplog):
     """A file the shipper may not read (here: a directory where the log should be) is
     reported once and skipped; the other streams ship (the shipper process used to die)."""
