@@ -135,7 +135,8 @@ def test_two_beats_send_as_one_and_the_standby_takes_over(tmp_path):
 
         # One beat's rate (about window / INTERVAL), not two beats' (twice that, interleaved).
         # The lease may pass once meanwhile if the holder stalls past the ttl on a loaded
-        # machine: then the senders change once, and the catch-up adds at most one send.
+        # machine: then the senders change once, and the catch-up adds at most one send (and a
+        # step of the wall clock, below, one more).
         window = 8
         sent = broker.watch(window)
         senders = [
@@ -143,7 +144,7 @@ def test_two_beats_send_as_one_and_the_standby_takes_over(tmp_path):
         ]
         assert len(senders) <= 2 and set(senders) <= set(procs), senders
         control = [s for s in sent if s.task == CONTROL]
-        assert 2 <= len(control) <= window / INTERVAL + 2, [s.at for s in control]
+        assert 2 <= len(control) <= window / INTERVAL + 3, [s.at for s in control]
         active = _holder_pid(lease)
         assert active in procs
         standby = next(pid for pid in procs if pid != active)
@@ -162,13 +163,16 @@ def test_two_beats_send_as_one_and_the_standby_takes_over(tmp_path):
         print(f"beat takeover: sends resumed {takeover:.1f} s after SIGKILL (ttl {TTL} s)")
         assert _holder_pid(lease) == standby
 
-        # Catch-up: the standby's own schedule has many missed periods of the control pass, and
-        # sends it once, then at its interval: no burst.
+        # Catch-up: the standby's own schedule has missed a dozen periods of the control pass, and
+        # sends it once, then at its interval: no burst (a dozen sends at once). Beat schedules
+        # by the wall clock and the test reads the monotonic one: a step of the machine's clock
+        # may add one send (a CI run saw two 50 ms apart, the cadence otherwise unchanged).
         sent = resumed + broker.watch(5)
         assert {s.pid for s in sent} == {standby}
-        control = [s for s in sent if s.task == CONTROL]
+        control = [s.at - resumed[0].at for s in sent if s.task == CONTROL]
         span = sent[-1].at - resumed[0].at
-        assert 1 <= len(control) <= span / INTERVAL + 2, [s.at - resumed[0].at for s in control]
+        assert 1 <= len(control) <= span / INTERVAL + 3, control
+        assert max(sum(t <= at < t + INTERVAL / 2 for at in control) for t in control) <= 2, control
 
         # A clean stop gives the lease back at once (not by expiry).
         procs[standby].send_signal(signal.SIGTERM)
