@@ -334,7 +334,7 @@ REST_FRAMEWORK = {
         "apps.core.api.permissions.MatrixPermission",  # the role matrix, on every action
     ],
     "DEFAULT_PARSER_CLASSES": ["apps.core.api.parsers.JSONParser"],
-    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_RENDERER_CLASSES": ["apps.core.api.renderers.JSONRenderer"],  # orjson
     "DEFAULT_PAGINATION_CLASS": "apps.core.api.pagination.CursorPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_FILTER_BACKENDS": [

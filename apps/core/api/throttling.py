@@ -12,6 +12,8 @@ from django.core.cache import DEFAULT_CACHE_ALIAS, caches
 from django.core.cache.backends.redis import RedisCache
 from rest_framework.throttling import SimpleRateThrottle
 
+from apps.core.generations import redis_client
+
 # KEYS[1]: the window; ARGV: now, duration (s), limit, a unique member. Returns {allowed,
 # requests in the window, the oldest one's time (as a string) when refused}.
 _SLIDING_WINDOW = """
@@ -44,8 +46,7 @@ class RedisWindowThrottle(SimpleRateThrottle):
         if early is not None and early[0] == self.key:  # counted with the token's lookup
             _, self.now, result = early
             return self._take(result)
-        client = cache._cache.get_client(write=True)
-        return self._take(self._queue(client, cache))
+        return self._take(self._queue(redis_client(), cache))
 
     def _queue(self, client, cache, *, pipeline=None):
         """The script's result, or (with `pipeline`) its call queued there: by its sha alone,
@@ -97,7 +98,7 @@ class PrincipalRateThrottle(RedisWindowThrottle):
         if throttle.rate is None or not isinstance(cache, RedisCache):
             return None
         throttle.key = throttle.cache_format % {"scope": cls.scope, "ident": f"token:{token_pk}"}
-        throttle._queue(cache._cache.get_client(write=True), cache, pipeline=pipeline)
+        throttle._queue(redis_client(), cache, pipeline=pipeline)
 
         def done(results) -> None:
             request._torus_window = (throttle.key, throttle.now, results[0])
