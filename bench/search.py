@@ -836,11 +836,11 @@ def profile_requests(token: str, queries: dict, k: int) -> dict:
     (inclusive), every SQL statement counted and timed."""
     from django.db import connection
     from django.test import Client
-    from rest_framework.renderers import JSONRenderer
 
     import apps.logs.api.views as views
     import apps.logs.search as search
     import apps.tenancy.authentication as authentication
+    from apps.core.api.renderers import JSONRenderer
     from apps.core.api.throttling import PrincipalRateThrottle
 
     timer = SectionTimer()
