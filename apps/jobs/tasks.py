@@ -45,12 +45,20 @@ def request_dispatch(cluster_id) -> None:
 
 @shared_task(name="jobs.dispatch_cluster", acks_late=True)
 def dispatch_cluster(cluster_id: str) -> int:
-    with _ClusterLock("dispatch", cluster_id) as held:
-        if not held:  # another dispatch runs: come back when it is likely done
-            dispatch_cluster.apply_async(args=[cluster_id], countdown=0.5)
-            return 0
-        cache.delete(_wanted_key(cluster_id))  # what is admitted from now on asks again
-        return dispatch.dispatch_cluster(cluster_id=cluster_id)
+    """Dispatch passes of a cluster while requests come in. A request made during a pass is
+    served by the pass's holder right after it, not by its own task half a second later: the
+    holder lets go of the lock, then looks for a request flag and runs again, so a request
+    whose task found the lock held is served by the holder, and one made after the holder
+    looked finds the lock free."""
+    wanted, total = _wanted_key(cluster_id), 0
+    while True:
+        with _ClusterLock("dispatch", cluster_id) as held:
+            if not held:  # the holder serves this request after its pass
+                return total
+            cache.delete(wanted)  # what is admitted from now on asks again
+            total += dispatch.dispatch_cluster(cluster_id=cluster_id)
+        if cache.get(wanted) is None:
+            return total
 
 
 @shared_task(name="jobs.reconcile_cluster", acks_late=True)

@@ -45,6 +45,32 @@ def test_duplicated_dispatch_submits_each_attempt_once(acme, slurm_cluster):
         assert slurm_jobs_tagged(attempt.tag) == [attempt.backend_id]
 
 
+def test_a_dispatch_asked_for_during_a_pass_is_run_by_its_holder_at_once(
+    acme, slurm_cluster, monkeypatch
+):
+    """A job admitted while a pass runs: its own task finds the lock held and returns; the
+    holder runs the next pass as soon as it lets go, instead of a retry half a second later."""
+    from apps.jobs import tasks
+
+    (first,) = _queued(acme, 1, command=("true",))
+    real_pass, later, nested = dispatch.dispatch_cluster, [], []
+
+    def pass_with_an_admission_during_it(*, cluster_id):
+        done = real_pass(cluster_id=cluster_id)
+        if not later:  # the first pass: a job is admitted, its task runs while the lock is held
+            later.extend(_queued(acme, 1, command=("true",)))
+            nested.append(tasks.dispatch_cluster(str(cluster_id)))
+        return done
+
+    monkeypatch.setattr(dispatch, "dispatch_cluster", pass_with_an_admission_during_it)
+    assert tasks.dispatch_cluster(str(slurm_cluster.pk)) == 2
+    assert nested == [0]  # the held lock: that task left the request to the holder
+    for job_id in (first, *later):
+        attempt = JobAttempt.objects.get(job_id=job_id)
+        assert attempt.state == AttemptState.SUBMITTED
+        assert slurm_jobs_tagged(attempt.tag) == [attempt.backend_id]
+
+
 def test_an_orphan_accepted_by_slurm_is_adopted_not_resubmitted(acme, slurm_cluster, settings):
     settings.TORUS_DISPATCH_GRACE_SECONDS = 1
     (job_id,) = _queued(acme, 1, command=("true",))
