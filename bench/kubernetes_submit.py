@@ -15,10 +15,13 @@ components/kubernetes: etcd, kube-apiserver, scheduler, controller manager, kwok
   platform    N jobs through the whole platform, as bench/submit.py does for Slurm: one
               POST /api/v1/jobs/ each (8 client threads), and 50 specs a POST to
               /api/v1/jobs/batch/ (4 threads), uvicorn with 2 workers, into a
-              project whose default cluster is `local-k8s`, admission, and a Celery worker's
+              project whose cluster (`bench-k8s-platform`: local-k8s's control plane and
+              settings, with the bench's queue rule) it is, admission, and a Celery worker's
               dispatcher (identity, the project's tree, the Submission, KubernetesBackend.submit)
               until every attempt has its Kubernetes Job; beside the direct client's 8-thread
-              rate on the same apiserver (the issue's aim: at least 0.8x). Needs the portal's
+              rate on the same apiserver creating the round's very manifests again (fresh
+              names, the same namespace and Kueue queue), each round on either side started
+              on a quiet control plane (the issue's aim: at least 0.8x). Needs the portal's
               database migrated and `manage.py cluster_register_local` run (`make up` does both).
 
 Each method runs three times per thread count, in rotated orders (the apiserver gets busier
@@ -44,12 +47,21 @@ import tempfile
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 os.environ.setdefault("TORUS_REDIS_DB_BASE", "12")  # its cache DB (13) holds the watch records
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import django_setup, ensure_tenant, environment, finish, start_web, stop_all
+from _common import (
+    django_setup,
+    ensure_tenant,
+    environment,
+    finish,
+    process_cpu_seconds,
+    start_web,
+    stop_all,
+)
 from _common import log as _log
 
 NAME = "kubernetes_submit"
@@ -97,36 +109,95 @@ def main() -> int:
     return finish(NAME, result, logdir=logdir, keep_logs=args.keep_logs)
 
 
+CONTROL_PLANE = ("kube-apiserver", "kueue", "kube-controller", "kube-scheduler", "etcd", "kwok")
+
+
+def control_plane_cpu() -> float:
+    """CPU seconds so far of the control plane's processes (found by their names)."""
+    total = 0.0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            name = Path(f"/proc/{pid}/comm").read_text().strip()
+            if name.startswith(CONTROL_PLANE):
+                total += process_cpu_seconds(int(pid))
+        except OSError:  # gone meanwhile
+            continue
+    return total
+
+
+def settle(timeout: float = 30.0) -> float:
+    """Wait until the control plane is quiet (under a fifth of a core over half a second):
+    the work a round sets going after its last Job exists (Kueue's Workloads, the Jobs'
+    status, events) is done before the next round, whichever side it is, instead of landing
+    in that round's time. The seconds waited."""
+    started = time.monotonic()
+    last = control_plane_cpu()
+    while time.monotonic() - started < timeout:
+        time.sleep(0.5)
+        now = control_plane_cpu()
+        if now - last < 0.1:
+            break
+        last = now
+    return round(time.monotonic() - started, 1)
+
+
+def platform_bodies(*, cluster, backend, project, since) -> list[dict]:
+    """The peer's Jobs: the very manifests the dispatcher made for a round's attempts (the same
+    environment, labels, volume and queue, in the same namespace), under fresh names."""
+    from dataclasses import replace
+
+    from apps.compute.backends.kubernetes import manifests
+    from apps.jobs import dispatch
+    from apps.jobs.models import JobAttempt
+
+    rows = JobAttempt.objects.filter(job__project=project, job__created_at__gte=since)
+    rows = rows.select_related("job", "job__tenant", "job__project__tenant", "job__user")
+    resources, identity, bodies = dispatch.accelerator_resources(), None, []
+    settings, pools = backend.settings, backend.pools()
+    for attempt in rows:
+        identity = identity or dispatch.prepare_identity(
+            job=attempt.job, cluster=cluster, backend=backend
+        )
+        submission = dispatch.build_submission(attempt, cluster, identity, resources=resources)
+        submission = replace(submission, tag=f"torus:{uuid.uuid4()}")
+        bodies.append(manifests.job(settings=settings, submission=submission, pools=pools)[1])
+    return bodies
+
+
 def platform_phase(bench: "Bench", result: dict, *, logdir: Path) -> None:
     """N jobs through the REST API, admission and the dispatcher (bench/submit.py's phase),
-    into a project whose default cluster is local-k8s; the direct client's 8-thread rate on
-    the same Jobs' manifests is the peer (measured here again, in this same run)."""
+    into a project whose cluster is local-k8s's control plane; the peer is the direct client's
+    8-thread rate creating the same round's manifests again (platform_bodies), each side's
+    round started on a settled control plane."""
+    from django.utils import timezone
     from submit import start_worker, torus_phase
 
-    from apps.compute.models import Cluster
+    from apps.compute.backends import for_cluster
 
-    cluster = Cluster.objects.filter(name="local-k8s").first()
-    if cluster is None:
-        raise SystemExit("no cluster local-k8s: run `manage.py cluster_register_local` first")
     ctx = ensure_tenant(
         slug=f"bk8s{uuid.uuid4().hex[:6]}",
         project_slug="submit",
         owner="bench-k8s",
         token_name="bench-k8s",
     )
+    bench.platform_tenant = tenant = ctx["tenant"].slug
+    cluster = platform_cluster(cohort=f"bench-{tenant}")
     ctx["project"].default_cluster = cluster
     ctx["project"].save(update_fields=["default_cluster"])
     ctx["cluster"] = cluster
-    bench.platform_tenant = ctx["tenant"].slug
+    backend = for_cluster(cluster)
     _web, port = start_web(logdir, workers=2, name="web")
     start_worker(logdir)
     n = bench.n
+    log(f"control plane settled after {settle(timeout=300)} s (an earlier run's namespaces go)")
     torus_phase(ctx, port, min(20, n), 8, "platform warm-up")  # identity, tree, namespace
     # One POST per job (8 client threads), and POST /api/v1/jobs/batch/ (50 specs a request,
     # 4 threads), each beside the direct client's 8-thread rate measured right after it.
     for mode, batch, threads in (("post", 0, 8), ("batch", 50, 4)):
         rates, direct = [], []
         for rnd in range(bench.rounds):
+            settle()
+            since = timezone.now()
             out = torus_phase(ctx, port, n, threads, f"platform {mode} round {rnd}", batch=batch)
             if out["http_errors"] or out["rejected"]:
                 raise RuntimeError(
@@ -134,7 +205,11 @@ def platform_phase(bench: "Bench", result: dict, *, logdir: Path) -> None:
                     f"{out['rejected']} rejected"
                 )
             rates.append(out["jobs_per_second"])
-            direct.append(bench.direct_rate(threads=8, label=f"platform-{mode}-peer{rnd}"))
+            bodies = platform_bodies(
+                cluster=cluster, backend=backend, project=ctx["project"], since=since
+            )
+            settle()
+            direct.append(bench.direct_rate(threads=8, label="", bodies=bodies))
             log(f"round {rnd}: platform {mode} {rates[-1]} jobs/s, direct {direct[-1]:.1f} jobs/s")
         platform, peer = statistics.median(rates), statistics.median(direct)
         result["metrics"][f"platform_{mode}_jobs_per_second"] = round(platform, 1)
@@ -142,6 +217,41 @@ def platform_phase(bench: "Bench", result: dict, *, logdir: Path) -> None:
         result["peers"][f"direct_jobs_per_second_8t_beside_{mode}"] = round(peer, 1)
         result["peers"][f"direct_rounds_8t_beside_{mode}"] = [round(r, 1) for r in direct]
         result["ratios"][f"platform_{mode}"] = round(platform / peer, 2)
+
+
+PLATFORM_CLUSTER = "bench-k8s-platform"
+KUEUE_CQ = ("kueue.x-k8s.io", "v1beta2", "clusterqueues")
+# Kueue admits one bench Job at a time and borrows nothing: the rest wait suspended (no pods),
+# so the shared fake nodes stay free and neither side's pods load the apiserver.
+BENCH_QUEUE = {
+    "queue_cpu": "1",
+    "kwok_delays": {"pod-create": "0s", "pod-ready": "0s", "pod-complete": "600s"},
+}
+
+
+def platform_cluster(*, cohort: str):
+    """The platform phase's cluster: local-k8s's apiserver and settings with the bench's queue
+    rule in a cohort of its own, registered (nodes read) as `cluster_register_local` does;
+    removed again by the cleanup."""
+    from apps.compute.models import Cluster
+    from apps.compute.services import cluster_sync
+
+    local = Cluster.objects.filter(name="local-k8s").first()
+    if local is None:
+        raise SystemExit("no cluster local-k8s: run `manage.py cluster_register_local` first")
+    cluster, _ = Cluster.objects.update_or_create(
+        name=PLATFORM_CLUSTER,
+        defaults={
+            "backend": local.backend,
+            "is_default": False,
+            "supports_containers": True,
+            "config": {**local.config, **BENCH_QUEUE, "cohort": cohort},
+        },
+    )
+    if not cluster_sync(cluster=cluster):
+        cluster.refresh_from_db()
+        raise SystemExit(f"cluster {cluster.name} did not answer: {cluster.last_error}")
+    return cluster
 
 
 class Bench:
@@ -170,10 +280,7 @@ class Bench:
                 "kueue": True,
                 "default_image": "registry.invalid/torus/runtime:latest",
                 "job_root": "/srv/torus-bench",
-                "kwok_delays": {"pod-create": "0s", "pod-ready": "0s", "pod-complete": "600s"},
-                # Kueue admits one bench Job at a time and borrows nothing: the rest wait
-                # suspended (no pods), so the shared fake nodes stay free for other work.
-                "queue_cpu": "1",
+                **BENCH_QUEUE,
                 "cohort": f"bench-{self.tenant}",
             },
         )
@@ -213,16 +320,18 @@ class Bench:
         return {"benchmark": NAME, "metrics": {}, "peers": {}, "ratios": {},
                 "environment": environment()}  # fmt: skip
 
-    def direct_rate(self, *, threads: int, label: str) -> float:
-        """The official client creating N Jobs (the backend's own manifests) directly."""
+    def direct_rate(self, *, threads: int, label: str, bodies: list | None = None) -> float:
+        """The official client creating N Jobs directly: `bodies` (Job manifests of one
+        namespace), by default the backend's own for the bench's tenant and queue."""
         from apps.compute.backends.kubernetes import manifests
 
-        self.backend.ensure_place(tenant=self.tenant, project="submit")
-        subs = [self.submission(i, label) for i in range(self.n)]
-        bodies = [manifests.job(settings=self.backend.settings, submission=s)[1] for s in subs]
+        if bodies is None:
+            self.backend.ensure_place(tenant=self.tenant, project="submit")
+            subs = [self.submission(i, label) for i in range(self.n)]
+            bodies = [manifests.job(settings=self.backend.settings, submission=s)[1] for s in subs]
         ns = bodies[0]["metadata"]["namespace"]
         seconds = self.timed(lambda b: self.batch.create_namespaced_job(ns, b), bodies, threads)
-        return self.n / seconds
+        return len(bodies) / seconds
 
     def timed(self, fn, items, threads: int) -> float:
         start = time.perf_counter()
@@ -348,26 +457,22 @@ class Bench:
             self.watcher.join(timeout=60)
             self.backend.store.clear()
         api = config.new_client_from_config(config_file=env_str("TORUS_K8S_ADMIN_KUBECONFIG"))
-        if self.platform_tenant:  # its Jobs and pods go with the namespace
+        tenants = [self.tenant]
+        if self.platform_tenant:
             end_platform_jobs(tenant_slug=self.platform_tenant)
-            try:
-                client.CoreV1Api(api).delete_namespace(
-                    f"torus-{self.platform_tenant}", propagation_policy="Background"
-                )
-            except Exception as exc:  # best effort, logged
-                log(f"cleanup: {exc}")
-        name = f"torus-{self.tenant}"
-        for delete in (
-            lambda: client.CoreV1Api(api).delete_namespace(name, propagation_policy="Background"),
-            lambda: client.CustomObjectsApi(api).delete_cluster_custom_object(
-                "kueue.x-k8s.io", "v1beta2", "clusterqueues", name
-            ),
-            lambda: client.CoreV1Api(api).delete_persistent_volume(f"{name}-submit"),
-        ):
-            try:
-                delete()
-            except Exception as exc:  # best effort, logged
-                log(f"cleanup: {exc}")
+            tenants.append(self.platform_tenant)
+        core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+        for tenant in tenants:  # a namespace takes its Jobs and pods with it
+            name = f"torus-{tenant}"
+            for delete in (
+                partial(core.delete_namespace, name, propagation_policy="Background"),
+                partial(custom.delete_cluster_custom_object, *KUEUE_CQ, name),
+                partial(core.delete_persistent_volume, f"{name}-submit"),
+            ):
+                try:
+                    delete()
+                except Exception as exc:  # best effort, logged
+                    log(f"cleanup: {exc}")
 
 
 def end_platform_jobs(*, tenant_slug: str) -> int:
@@ -377,6 +482,7 @@ def end_platform_jobs(*, tenant_slug: str) -> int:
     from django.db import transaction
     from django.utils import timezone
 
+    from apps.compute.models import Cluster
     from apps.jobs.models import ATTEMPT_ENDED, AttemptState, Job
     from apps.jobs.services import job_transition
     from apps.jobs.states import TERMINAL, State
@@ -397,6 +503,10 @@ def end_platform_jobs(*, tenant_slug: str) -> int:
             job_transition(job=job, to=State.CANCELLED, reason="bench cleanup")
             ended += 1
     log(f"cleanup: {ended} unfinished platform jobs of {tenant_slug} cancelled")
+    # The phase's cluster goes too (its jobs first: a cluster with jobs is protected), so the
+    # dev deployment neither lists nor reconciles it.
+    Job.objects.filter(tenant__slug=tenant_slug, cluster__name=PLATFORM_CLUSTER).delete()
+    Cluster.objects.filter(name=PLATFORM_CLUSTER, jobs__isnull=True).delete()
     return ended
 
 
