@@ -459,7 +459,7 @@ class Bench:
         api = config.new_client_from_config(config_file=env_str("TORUS_K8S_ADMIN_KUBECONFIG"))
         tenants = [self.tenant]
         if self.platform_tenant:
-            end_platform_jobs(tenant_slug=self.platform_tenant)
+            drop_platform_jobs(tenant_slug=self.platform_tenant)
             tenants.append(self.platform_tenant)
         core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
         for tenant in tenants:  # a namespace takes its Jobs and pods with it
@@ -475,39 +475,18 @@ class Bench:
                     log(f"cleanup: {exc}")
 
 
-def end_platform_jobs(*, tenant_slug: str) -> int:
-    """CANCELLED, in the platform, for the bench tenant's unfinished jobs before its namespace
-    goes: else the reconciler finds their Jobs gone and runs them again (self-healing), and
-    a later `make up` of the dev deployment replays thousands of them."""
-    from django.db import transaction
-    from django.utils import timezone
-
+def drop_platform_jobs(*, tenant_slug: str) -> int:
+    """The platform phase's jobs and its cluster row, gone from the database before the
+    namespace goes: else the reconciler would find their Jobs gone and run them again
+    (self-healing), and the dev deployment would list and reconcile the bench's cluster. Every
+    job of the phase's tenant is on that cluster (its project's default from the start)."""
     from apps.compute.models import Cluster
-    from apps.jobs.models import ATTEMPT_ENDED, AttemptState, Job
-    from apps.jobs.services import job_transition
-    from apps.jobs.states import TERMINAL, State
+    from apps.jobs.models import Job
 
-    ended = 0
-    for pk in (
-        Job.objects.filter(tenant__slug=tenant_slug)
-        .exclude(state__in=TERMINAL)
-        .values_list("pk", flat=True)
-    ):
-        with transaction.atomic():
-            job = Job.objects.select_for_update().get(pk=pk)
-            if job.state in TERMINAL:
-                continue
-            job.attempts.exclude(state__in=ATTEMPT_ENDED).update(
-                state=AttemptState.CANCELLED, ended_at=timezone.now()
-            )
-            job_transition(job=job, to=State.CANCELLED, reason="bench cleanup")
-            ended += 1
-    log(f"cleanup: {ended} unfinished platform jobs of {tenant_slug} cancelled")
-    # The phase's cluster goes too (its jobs first: a cluster with jobs is protected), so the
-    # dev deployment neither lists nor reconciles it.
-    Job.objects.filter(tenant__slug=tenant_slug, cluster__name=PLATFORM_CLUSTER).delete()
+    dropped, _ = Job.objects.filter(tenant__slug=tenant_slug).delete()
     Cluster.objects.filter(name=PLATFORM_CLUSTER, jobs__isnull=True).delete()
-    return ended
+    log(f"cleanup: {tenant_slug}'s jobs and cluster {PLATFORM_CLUSTER} removed ({dropped} rows)")
+    return dropped
 
 
 if __name__ == "__main__":
