@@ -10,6 +10,10 @@ class Actor:
     user: Any
     roles: dict[UUID, str] = field(default_factory=dict)
     token: Any = None
+    # answers worked out once for this actor (an Actor lives for one request, or for one
+    # recheck of a websocket): a project membership is asked for by the view's object check
+    # and again by the service's authorize
+    memo: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def tenant_ids(self) -> list[UUID]:

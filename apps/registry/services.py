@@ -25,6 +25,7 @@ from django.utils import timezone
 
 from apps.core.actor import Actor
 from apps.core.exceptions import Conflict
+from apps.core.queries import unique_row
 from apps.datasets.storage import storage_for
 from apps.datasets.storage.base import CHUNK_BYTES, UploadOffsetMismatch, key_problem
 from apps.identity.storage import project_root
@@ -342,7 +343,7 @@ def version_upload(
     storage = _storage(version)
     key = file_key(version, path)
     with transaction.atomic():
-        row = ModelFile.objects.select_for_update().filter(version=version, path=path).first()
+        row = unique_row(ModelFile.objects.select_for_update().filter(version=version, path=path))
         if row is None:
             if version.files.count() >= MAX_FILES:
                 raise ValidationError({"path": [f"A version holds at most {MAX_FILES} files."]})
@@ -366,7 +367,7 @@ def version_upload(
 
 
 def upload_status(*, version: ModelVersion, path: str) -> int:
-    row = version.files.filter(path=path).first()
+    row = unique_row(version.files.filter(path=path))
     if row is None:
         return 0
     if row.upload_id:
@@ -687,11 +688,10 @@ def alias_set(
             {"version": [f"Version {version.number} is {version.state}, not ready."]}
         )
     with transaction.atomic():
-        alias = (
+        alias = unique_row(
             ModelAlias.objects.select_for_update(of=("self",))  # one move at a time
             .select_related("version")
             .filter(model=model, name=name)
-            .first()
         )
         before = alias.version.number if alias else None
         if alias is None:
@@ -715,7 +715,9 @@ def alias_delete(*, actor: Actor, model: RegisteredModel, name: str) -> None:
     authorize(actor, resource="model", action="alias", tenant_id=model.tenant_id, target=model)
     with transaction.atomic():
         RegisteredModel.objects.select_for_update().get(pk=model.pk)
-        alias = ModelAlias.objects.filter(model=model, name=name).select_related("version").first()
+        alias = unique_row(
+            ModelAlias.objects.filter(model=model, name=name).select_related("version")
+        )
         if alias is None:
             raise ValidationError({"alias": [f"No alias {name!r} on this model."]})
         before = alias.version.number

@@ -150,7 +150,10 @@ def runs_jobs_in_project(actor: Actor, project) -> bool:
     """Members run jobs in the projects they belong to; admins and owners in every project."""
     if has_role(actor, tenant_id=project.tenant_id, minimum=Role.ADMIN):
         return True
-    return project.members.filter(user_id=actor.user.pk).exists()
+    key = ("member", project.pk)
+    if key not in actor.memo:
+        actor.memo[key] = project.members.filter(user_id=actor.user.pk).exists()
+    return actor.memo[key]
 
 
 @_rule(

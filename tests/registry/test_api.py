@@ -373,6 +373,42 @@ def test_a_page_of_versions_costs_the_same_queries_however_many(acme, models_are
     assert detail["card"] == "# big card" and detail["aliases"] == ["production"]
 
 
+def test_an_alias_move_reads_each_row_by_its_key_alone(acme, models_area):
+    """The baseline of a member's move: the model, the member's place in its project (once,
+    though the view and the service both ask), the version, then the alias locked, its
+    update and the audit row in a transaction; none of the reads joins the tables that the
+    version's and the alias's default orderings go through (model, project, tenant) to sort
+    one row."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    client = acme.client(Role.MEMBER)
+    model = create_model(client, acme.project)
+    for i in range(2):
+        upload_version(client, model["id"], {"w": bytes([i])})
+    url = models_url(model["id"], "aliases", "production")
+    assert client.put(url, {"version": 1}, format="json").status_code == 200
+    with CaptureQueriesContext(connection) as queries:
+        response = client.put(url, {"version": 2}, format="json")
+    assert response.status_code == 200 and response.json()["version"] == 2
+    statements = [q["sql"] for q in queries if "SAVEPOINT" not in q["sql"]]  # the test's atomic
+    tables = [
+        "registry_registeredmodel",
+        "tenancy_projectmember",
+        "registry_modelversion",
+        "registry_modelalias",
+        "registry_modelalias",
+        "tenancy_auditevent",
+    ]
+    assert len(statements) == len(tables), "\n".join(s[:90] for s in statements)
+    for sql, table in zip(statements, tables, strict=True):
+        assert table in sql.split(" WHERE ")[0], sql
+    version_read, alias_read = statements[2], statements[3]
+    assert "FOR UPDATE" in alias_read
+    for sql in (version_read, alias_read):
+        assert "ORDER BY" not in sql and "tenancy_tenant" not in sql, sql
+
+
 def test_a_small_version_in_one_request(acme, models_area):
     import json
 

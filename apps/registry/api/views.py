@@ -19,6 +19,7 @@ from rest_framework.views import APIView
 
 from apps.core.api.parsers import JSONParser
 from apps.core.api.views import PatchOnlyMixin, TenantScopedViewSet
+from apps.core.queries import unique_row
 from apps.datasets.storage.base import CHUNK_BYTES
 from apps.registry import selectors, services
 from apps.registry.api.serializers import (
@@ -159,7 +160,7 @@ class RegisteredModelViewSet(
         rows = model.versions.all() if rows is None else rows
         if full:
             rows = rows.select_related("created_by").prefetch_related("aliases", "dataset_versions")
-        version = rows.filter(number=int(number)).first()
+        version = unique_row(rows.filter(number=int(number)))
         if version is None:
             raise Http404("Version not found.")
         version.model = model  # loaded with its project and tenant
@@ -304,7 +305,7 @@ class RegisteredModelViewSet(
             return Response({"path": path, "size": size})
         if version.state != VersionState.READY:
             raise Http404("The version is not ready.")
-        row = version.files.filter(path=path).first()
+        row = unique_row(version.files.filter(path=path))
         if row is None:
             raise Http404("No such file in this version.")
         storage = services._storage(version)
