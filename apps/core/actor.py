@@ -10,9 +10,10 @@ class Actor:
     user: Any
     roles: dict[UUID, str] = field(default_factory=dict)
     token: Any = None
-    # answers worked out once for this actor (an Actor lives for one request, or for one
-    # recheck of a websocket): a project membership is asked for by the view's object check
-    # and again by the service's authorize
+    # answers worked out once for this actor: a project membership, asked for by the view's
+    # object check and again by the service's authorize. An Actor is made per request; a
+    # websocket keeps its handshake's, but its access rechecks each make a fresh one
+    # (apps/logs/consumers.py::_fresh_actor)
     memo: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
