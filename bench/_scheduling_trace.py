@@ -307,15 +307,22 @@ def allocation_series(
 
 
 def reference_schedule(
-    plan: list[ReplayJob], *, nodes: int, node_gpus: int, order: str = "fifo"
+    plan: list[ReplayJob],
+    *,
+    nodes: int,
+    node_gpus: int,
+    order: str = "fifo",
+    starving_s: float | None = None,
 ) -> dict:
     """An ideal scheduler with no latency on the plan: jobs placed on whole nodes as Slurm
     would (up to one node's GPUs on the fullest node that fits, more as whole free nodes).
     order "fifo": strictly in arrival order (the head blocks the rest: plain FIFO);
     "smallest": every waiting job that fits, least expected GPU-time (GPUs x time limit, what
-    a scheduler is told) first, then arrival. Says how far completion time and allocation can
-    move at a load before any run: mean JCT, allocation by gpu_allocation's definition, p95
-    queueing, makespan."""
+    a scheduler is told) first, then arrival. With `starving_s` (the platform's starving rule,
+    apps/jobs/priority.py): a job that has waited that long goes first, in arrival order, and
+    one that does not fit holds every job behind it (it keeps its room). Says how far
+    completion time and allocation can move at a load before any run: mean JCT, allocation by
+    gpu_allocation's definition, p95 queueing, makespan."""
     import heapq
 
     free = [node_gpus] * nodes
@@ -340,10 +347,18 @@ def reference_schedule(
         start[job.index] = now
         return True
 
+    def size_order(job) -> tuple:
+        return (job.gpus * job.time_limit_min, job.arrival, job.index)
+
+    def becomes_starving() -> float:  # the next moment a waiting job crosses starving_s
+        later = [j.arrival + starving_s - now for j in queue if j.arrival + starving_s > now]
+        return now + min(later) if later else math.inf
+
     while k < len(arrivals) or queue or running:
         now = min(
             arrivals[k].arrival if k < len(arrivals) else math.inf,
             running[0][0] if running else math.inf,
+            becomes_starving() if starving_s is not None else math.inf,
         )
         while running and running[0][0] <= now:
             for i, g in heapq.heappop(running)[2]:
@@ -354,9 +369,18 @@ def reference_schedule(
         if order == "fifo":
             while queue and run(queue[0]):
                 queue.pop(0)
-        else:
-            queue.sort(key=lambda j: (j.gpus * j.time_limit_min, j.arrival, j.index))
-            queue = [j for j in queue if not run(j)]
+            continue
+        starving = sorted(
+            (j for j in queue if starving_s is not None and now - j.arrival >= starving_s),
+            key=lambda j: (j.arrival, j.index),
+        )
+        first = {j.index for j in starving}
+        waiting, held = [], False
+        for job in starving + sorted((j for j in queue if j.index not in first), key=size_order):
+            if held or not run(job):
+                waiting.append(job)
+                held = held or job.index in first  # a starving job keeps its room
+        queue = waiting
     if not plan:
         return {}
     ends = [start[j.index] + j.duration for j in plan]

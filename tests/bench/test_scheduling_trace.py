@@ -13,6 +13,7 @@ from _scheduling_trace import (
     allocation_while_waiting,
     busiest_window,
     phase_metrics,
+    reference_schedule,
     replay_plan,
     tenant_of,
     user_of,
@@ -96,3 +97,26 @@ def test_allocation_while_waiting_counts_only_seconds_with_a_job_queued():
     busy, span = allocation_while_waiting(plan, {0: (100.0, None, None)}, capacity=8,
                                           deadline=120.0)  # fmt: skip
     assert (busy, span) == (0.0, 20.0)
+
+
+def test_the_ideal_schedules_fifo_smallest_first_and_the_starving_rule():
+    # one node of 2 GPUs; a 1-GPU job runs 0-10 s, a 2-GPU job comes at 1 s, a 1-GPU one at 7
+    plan, _ = replay_plan(
+        [TraceJob("a", 0, 7200, 1), TraceJob("b", 720, 7200, 2), TraceJob("c", 5040, 7200, 1)],
+        cluster="c", window_start=0, window_hours=2, compression=720, load=1,
+        keep_fraction=1.0, node_gpus=2, nodes=1, cap_hours=2, prefix="",
+    )  # fmt: skip
+    ideal = {
+        order: reference_schedule(plan, nodes=1, node_gpus=2, order=order)
+        for order in ("fifo", "smallest")
+    }
+    # FIFO: b blocks c; b 10-20, c 20-30 (JCT 10, 19, 23)
+    assert (ideal["fifo"]["jct_mean_s"], ideal["fifo"]["makespan_s"]) == (17.33, 30.0)
+    # smallest first: c passes b at 7 s (7-17), b runs 17-27 (JCT 10, 26, 10)
+    assert (ideal["smallest"]["jct_mean_s"], ideal["smallest"]["makespan_s"]) == (15.33, 27.0)
+    # b starving after 5 s of waiting (at 6 s): it keeps its room, c no longer passes it
+    starving = reference_schedule(plan, nodes=1, node_gpus=2, order="smallest", starving_s=5)
+    assert starving == ideal["fifo"]
+    # a starving time longer than b waits changes nothing
+    late = reference_schedule(plan, nodes=1, node_gpus=2, order="smallest", starving_s=20)
+    assert late == ideal["smallest"]
