@@ -48,9 +48,20 @@ PHASES = ("fifo", "backfill", "fairshare", "torus", "torus-borrow")
 # <phase>-nonice: that Torus phase with Cluster.config size_nice 0, i.e. what Slurm is given
 # waits in its queue in submission order (the platform before its size order reached Slurm)
 # torus-lend: the quota in Slurm's GrpTRES with the idle GPUs lent through it (quota_borrowing)
-EXTRA_PHASES = ("torus-limits", "torus-lend", "torus-borrow-nonice", "torus-limits-nonice")
+# <phase>-noreserve: that phase on Slurm's backfill without reservations (bf_min_prio_reserve)
+EXTRA_PHASES = (
+    "torus-limits", "torus-lend", "torus-borrow-nonice", "torus-limits-nonice",
+    "backfill-noreserve", "torus-lend-noreserve",
+)  # fmt: skip
 SLURM_MODE = {"fifo": "fifo", "backfill": "backfill", "fairshare": "fairshare"}  # else backfill
 STOP = threading.Event()
+
+
+def slurm_mode(phase: str) -> str:
+    """The slurm-bench scheduler mode a phase runs under."""
+    if phase.endswith("-noreserve"):
+        return "backfill-noreserve"
+    return SLURM_MODE.get(phase, "backfill")
 
 
 def log(msg: str) -> None:
@@ -540,6 +551,30 @@ def plot(path: Path, series: dict, jcts: dict, title: str) -> str | None:
 # -- main -------------------------------------------------------------------------------------
 
 
+def plan_summary(plan, info: dict, *, nodes: int, node_gpus: int, waits: list[float]) -> dict:
+    """What a plan allows before any run: its allocation bound and JCT floor, and the ideal
+    no-latency schedules (FIFO, smallest first, smallest first with the starving rule)."""
+
+    def ideal(order: str, starving_s=None) -> dict:
+        return reference_schedule(
+            plan, nodes=nodes, node_gpus=node_gpus, order=order, starving_s=starving_s
+        )
+
+    fifo, smallest = ideal("fifo"), ideal("smallest")
+    line = {
+        "nodes": nodes,
+        **{k: info[k] for k in ("jobs", "replay_seconds", "offered_load", "jct_floor_s")},
+        "gpu_allocation_bound": allocation_bound(plan, capacity=nodes * node_gpus),
+        "jct_floor_vs_ideal_fifo": round(info["jct_floor_s"] / fifo["jct_mean_s"], 3),
+        "ideal_fifo": fifo,
+        "ideal_smallest_first": smallest,
+        "ideal_smallest_vs_fifo_jct": round(smallest["jct_mean_s"] / fifo["jct_mean_s"], 3),
+    }
+    if waits:
+        line["ideal_smallest_starving"] = {f"{w:g}": ideal("smallest", w) for w in waits}
+    return line
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="32 nodes, a 12 h window")
@@ -556,6 +591,18 @@ def main() -> int:
         metavar="LOADS",
         help="no services: per load (comma list) one JSON line with the plan's allocation bound,"
         " JCT floor and two ideal no-latency schedules (FIFO, smallest first), then exit",
+    )
+    parser.add_argument(
+        "--plan-starving",
+        metavar="SECONDS",
+        help="with --plan-only: also the ideal smallest-first schedule with the platform's"
+        " starving rule, one per wait (comma list of real seconds)",
+    )
+    parser.add_argument(
+        "--plan-windows",
+        metavar="HOURS",
+        help="with --plan-only: every window of these lengths (comma list), starting every"
+        " 3 trace hours, instead of the one window",
     )
     parser.add_argument(
         "--cap-hours", type=float, help="longest job, trace hours (default: window)"
@@ -599,38 +646,36 @@ def main() -> int:
         else busiest_window(trace, hours, cap * 3600)
     )
 
-    def plan_at(load: float):
+    def plan_at(load: float, *, at: float = start, hours: float = hours):
         return replay_plan(
-            trace, cluster=args.trace_cluster, window_start=start, window_hours=hours,
+            trace, cluster=args.trace_cluster, window_start=at, window_hours=hours,
             compression=args.compression, load=load, keep_fraction=min(1.0, nodes / 64),
             node_gpus=args.gpus_per_node, nodes=nodes, cap_hours=cap, prefix="",
         )  # fmt: skip
 
     capacity = nodes * args.gpus_per_node
     if args.plan_only:
-        for load in (float(x) for x in args.plan_only.split(",")):
-            plan, info = plan_at(load)
-            ideal = {
-                order: reference_schedule(
-                    plan, nodes=nodes, node_gpus=args.gpus_per_node, order=order
+        loads = [float(x) for x in args.plan_only.split(",")]
+        waits = [float(x) for x in (args.plan_starving or "").split(",") if x]
+        windows = [(start, hours)]
+        if args.plan_windows:
+            first = int(trace[0].submit // 3600) * 3600
+            windows = [
+                (float(at), float(length))
+                for length in args.plan_windows.split(",")
+                for at in range(first, int(trace[-1].submit - float(length) * 3600) + 1, 3 * 3600)
+            ]
+        for at, length in windows:
+            for load in loads:
+                plan, info = plan_at(load, at=at, hours=length)
+                if not plan:
+                    continue
+                line = {"load": load, "window_start_hour": at / 3600, "window_hours": length}
+                line["cap_hours"] = cap
+                line.update(
+                    plan_summary(plan, info, nodes=nodes, node_gpus=args.gpus_per_node, waits=waits)
                 )
-                for order in ("fifo", "smallest")
-            }
-            fifo_jct = ideal["fifo"]["jct_mean_s"]
-            line = {
-                "load": load,
-                "window_start_hour": start / 3600,
-                "window_hours": hours,
-                "cap_hours": cap,
-                "nodes": nodes,
-                **{k: info[k] for k in ("jobs", "replay_seconds", "offered_load", "jct_floor_s")},
-                "gpu_allocation_bound": allocation_bound(plan, capacity=capacity),
-                "jct_floor_vs_ideal_fifo": round(info["jct_floor_s"] / fifo_jct, 3),
-                "ideal_fifo": ideal["fifo"],
-                "ideal_smallest_first": ideal["smallest"],
-                "ideal_smallest_vs_fifo_jct": round(ideal["smallest"]["jct_mean_s"] / fifo_jct, 3),
-            }
-            print(json.dumps(line), flush=True)
+                print(json.dumps(line), flush=True)
         return 0
     plan, info = plan_at(args.load)
     info["gpu_allocation_bound"] = allocation_bound(plan, capacity=capacity)
@@ -664,7 +709,7 @@ def main() -> int:
         raw, platform = {}, {}
         for phase in phases:
             fresh_db(connections)  # PostgreSQL may have dropped idle connections meanwhile
-            slurm.mode(SLURM_MODE.get(phase, "backfill"), clear=not args.keep_records)
+            slurm.mode(slurm_mode(phase), clear=not args.keep_records)
             if phase.startswith("torus"):
                 reconnecting(
                     lambda phase=phase: quota_mode(
