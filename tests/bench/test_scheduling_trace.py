@@ -20,6 +20,14 @@ from _scheduling_trace import (
 )
 
 
+def plan_of(jobs, *, hours: float, nodes: int, node_gpus: int = 8, load: float = 1, cap=2):
+    """The replay plan of trace jobs from trace second 0, at the benchmark's compression."""
+    return replay_plan(
+        jobs, cluster="c", window_start=0, window_hours=hours, compression=720, load=load,
+        keep_fraction=1.0, node_gpus=node_gpus, nodes=nodes, cap_hours=cap, prefix="",
+    )  # fmt: skip
+
+
 def test_tenants_and_users_are_a_function_of_the_job_id():
     ids = [f"job-{i}" for i in range(4000)]
     first = [(tenant_of("c", i), user_of("c", i, tenant_of("c", i))) for i in ids]
@@ -36,10 +44,7 @@ def test_the_plan_compresses_caps_and_splits_big_jobs():
         TraceJob("b", 7200, 100 * 3600, 16),  # capped at 2 h; two 8-GPU nodes
         TraceJob("c", 99 * 3600, 600, 1),  # outside the window
     ]
-    plan, info = replay_plan(
-        jobs, cluster="c", window_start=0, window_hours=4, compression=720, load=2.0,
-        keep_fraction=1.0, node_gpus=8, nodes=4, cap_hours=2, prefix="",
-    )  # fmt: skip
+    plan, info = plan_of(jobs, hours=4, nodes=4, load=2.0)
     assert [(j.arrival, j.duration, j.nodes, j.gpus_per_node) for j in plan] == [
         (2.5, 10.0, 1, 1),  # 3600 s / (720 x 2)
         (5.0, 10.0, 2, 8),
@@ -55,11 +60,11 @@ def test_the_busiest_window_is_the_one_with_most_gpu_seconds():
 
 
 def test_phase_metrics():
-    plan, _ = replay_plan(
+    plan, _ = plan_of(
         [TraceJob("x", 0, 7200, 4), TraceJob("y", 0, 7200, 4), TraceJob("z", 0, 7200, 4)],
-        cluster="c", window_start=0, window_hours=1, compression=720, load=1,
-        keep_fraction=1.0, node_gpus=8, nodes=1, cap_hours=2, prefix="",
-    )  # fmt: skip
+        hours=1,
+        nodes=1,
+    )
     runs = {0: (100.0, 100.0, 110.0), 1: (100.0, 110.0, 120.0)}  # the third never started
     m = phase_metrics(plan, runs, capacity=8, t0=100.0, deadline=140.0, scale=0.2)
     assert (m["finished"], m["never_ran"]) == (2, 1)
@@ -69,11 +74,9 @@ def test_phase_metrics():
 
 
 def test_allocation_bound_is_set_by_the_last_long_job():
-    plan, _ = replay_plan(
-        [TraceJob("x", 0, 3600, 8), TraceJob("y", 1800, 3600, 8)],
-        cluster="c", window_start=0, window_hours=1, compression=720, load=1,
-        keep_fraction=1.0, node_gpus=8, nodes=2, cap_hours=1, prefix="",
-    )  # fmt: skip
+    plan, _ = plan_of(
+        [TraceJob("x", 0, 3600, 8), TraceJob("y", 1800, 3600, 8)], hours=1, nodes=2, cap=1
+    )
     # 16 GPUs: x runs 0-5 s, y 2.5-7.5 s at best; 80 GPU-seconds over 16 x 7.5
     assert allocation_bound(plan, capacity=16) == pytest.approx(80 / (16 * 7.5), abs=1e-3)
     # 8 GPUs: the work itself (10 s of the whole cluster) is the shortest makespan
@@ -81,11 +84,11 @@ def test_allocation_bound_is_set_by_the_last_long_job():
 
 
 def test_allocation_while_waiting_counts_only_seconds_with_a_job_queued():
-    plan, _ = replay_plan(
+    plan, _ = plan_of(
         [TraceJob("x", 0, 7200, 4), TraceJob("y", 0, 7200, 4), TraceJob("z", 0, 7200, 8)],
-        cluster="c", window_start=0, window_hours=1, compression=720, load=1,
-        keep_fraction=1.0, node_gpus=8, nodes=1, cap_hours=2, prefix="",
-    )  # fmt: skip
+        hours=1,
+        nodes=1,
+    )
     # x runs 100-110 s; y waits 100-105 then runs 105-115; z waits 100-115, runs 115-125
     runs = {0: (100.0, 100.0, 110.0), 1: (100.0, 105.0, 115.0), 2: (100.0, 115.0, 125.0)}
     busy, span = allocation_while_waiting(plan, runs, capacity=8, deadline=200.0)
@@ -101,11 +104,12 @@ def test_allocation_while_waiting_counts_only_seconds_with_a_job_queued():
 
 def test_the_ideal_schedules_fifo_smallest_first_and_the_starving_rule():
     # one node of 2 GPUs; a 1-GPU job runs 0-10 s, a 2-GPU job comes at 1 s, a 1-GPU one at 7
-    plan, _ = replay_plan(
+    plan, _ = plan_of(
         [TraceJob("a", 0, 7200, 1), TraceJob("b", 720, 7200, 2), TraceJob("c", 5040, 7200, 1)],
-        cluster="c", window_start=0, window_hours=2, compression=720, load=1,
-        keep_fraction=1.0, node_gpus=2, nodes=1, cap_hours=2, prefix="",
-    )  # fmt: skip
+        hours=2,
+        nodes=1,
+        node_gpus=2,
+    )
     ideal = {
         order: reference_schedule(plan, nodes=1, node_gpus=2, order=order)
         for order in ("fifo", "smallest")
