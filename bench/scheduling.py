@@ -617,7 +617,7 @@ def main() -> int:
     parser.add_argument(
         "--size-nice",
         type=float,
-        help="Cluster.config size_nice for the Torus phases (default: the platform's, 100)",
+        help="Cluster.config size_nice for the Torus phases (default: the platform's, 1000)",
     )
     parser.add_argument(
         "--keep-records",

@@ -2,7 +2,9 @@
 
 A pass makes a constant number of controller calls whatever the number of jobs: the job
 list, the node list and the partition list, plus one accounting query only when a tracked
-job has left the controller's memory. A controller that does not answer fails no job.
+job has left the controller's memory, and one call per job that has just become starving
+while the size order still holds it back in the cluster's queue (unstarve). A controller that
+does not answer fails no job.
 """
 
 import contextlib
@@ -22,6 +24,7 @@ from apps.jobs import cluster_limits, paths
 from apps.jobs.admission import admit_tenant
 from apps.jobs.datasets import dataset_stages_record
 from apps.jobs.models import ATTEMPT_ENDED, AttemptState, Job, JobAttempt
+from apps.jobs.priority import starving
 from apps.jobs.states import State
 from apps.quotas.services import usage_record
 
@@ -39,7 +42,7 @@ RETRY_CAUSE = {
 def reconcile_cluster(*, cluster_id) -> dict:
     cluster = Cluster.objects.get(pk=cluster_id)
     backend = for_cluster(cluster)
-    stats = {"updated": 0, "ended": 0, "restarted": 0, "rpcs": 0}
+    stats = {"updated": 0, "ended": 0, "restarted": 0, "rpcs": 0, "unstarved": 0}
     tracked = list(
         JobAttempt.objects.filter(
             job__cluster=cluster,
@@ -127,6 +130,8 @@ def reconcile_cluster(*, cluster_id) -> dict:
     track_checkpoints(cluster=cluster)
     track_dataset_stages(cluster=cluster)
     cancel_requested(cluster=cluster, backend=backend, by_tag=by_tag)
+    stats["unstarved"] = unstarve(cluster=cluster, backend=backend, tracked=tracked, by_tag=by_tag)
+    stats["rpcs"] += stats["unstarved"]
     cancel_strays(cluster=cluster, backend=backend, backend_jobs=backend_jobs, tracked=tracked)
     Cluster.objects.filter(pk=cluster.pk).update(
         healthy=True, last_error="", last_reconciled_at=timezone.now()
@@ -418,6 +423,32 @@ def track_dataset_stages(*, cluster: Cluster) -> None:
         .select_related("job", "job__project__tenant")
     ):
         dataset_stages_record(attempt=attempt)
+
+
+def unstarve(*, cluster: Cluster, backend, tracked: list, by_tag: dict) -> int:
+    """Give a starving job (apps/jobs/priority.py) that still waits in the cluster's queue
+    with a nice its submission rank back (nice 0): the size order passes a big job for at
+    most the starving time there too. Once per job: the next listing shows nice 0. Returns
+    the calls made."""
+    now, calls = timezone.now(), 0
+    for attempt in tracked:
+        found = by_tag.get(attempt.tag)
+        if found is None or found.nice <= 0 or not starving(attempt.job, now=now):
+            continue
+        if backend.attempt_outcome(found) != AttemptState.SUBMITTED:
+            continue
+        logger.info(
+            "job %s starving on %s: nice %s of %s cleared",
+            attempt.job_id, cluster.name, found.nice, found.backend_id,
+        )  # fmt: skip
+        try:
+            backend.clear_nice(found.backend_id)
+        except ClusterUnavailable:
+            return calls  # the next pass tries again
+        except SubmitRejected as exc:  # started or ended meanwhile: nothing left to do
+            logger.info("nice of %s not cleared: %s", found.backend_id, exc)
+        calls += 1
+    return calls
 
 
 def cancel_strays(*, cluster: Cluster, backend, backend_jobs: list, tracked: list) -> None:

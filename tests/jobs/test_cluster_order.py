@@ -1,12 +1,19 @@
 """The size order passed on to the cluster's own queue (apps/jobs/priority.py cluster_nice):
 what admission lets through waits in Slurm's queue, which runs the smallest expected GPU-time
-first (a nice value per doubling), not in submission order."""
+first (a nice value per doubling), not in submission order, until a job starves."""
+
+import math
 
 import pytest
 
+from apps.compute.backends import for_cluster
 from apps.compute.models import Cluster
+from apps.identity.services import group_name
+from apps.jobs import cluster_limits
 from apps.jobs.models import Job
 from apps.jobs.priority import NICE_PER_DOUBLING, cluster_nice
+from apps.jobs.reconcile import reconcile_cluster
+from apps.quotas.models import Quota
 from apps.tenancy.models import Role
 from tests.jobs.conftest import drive, slurm, submit
 
@@ -60,3 +67,44 @@ def test_slurm_ranks_a_later_small_job_before_an_earlier_big_one(
     assert found[ids[big]][0] == expected_big
     assert found[ids[small]][0] == 0
     assert found[ids[small]][1] > found[ids[big]][1]  # submitted later, ranked first
+
+
+def test_a_starving_job_gets_its_submission_rank_back_in_slurms_queue(
+    acme, slurm_cluster, settings
+):
+    """The size order holds a big job back in Slurm's queue for at most the starving time:
+    the reconciler clears the nice of a starving job still waiting there, once."""
+    slurm_cluster.config = {**slurm_cluster.config, "tenant_gpu_quota": "slurm"}
+    slurm_cluster.save()
+    Quota.objects.create(tenant=acme.tenant, gpus=2)
+    client = acme.client(Role.MEMBER)
+    try:
+        first = submit(
+            client, acme.project, command=["sleep", "60"], resources={"gpus_per_node": 2}
+        )["id"]
+        drive(first, until={"RUNNING"})
+        waiting = submit(
+            client,
+            acme.project,
+            command=["true"],
+            resources={"gpus_per_node": 1, "time_limit": 10},
+        )["id"]
+        job = drive(waiting, condition=lambda j: "AssocGrpGRES" in j.state_reason)
+        backend_id = job.attempts.get().backend_id
+        nice = cluster_nice(job=job, cluster=slurm_cluster)
+        assert nice == round(NICE_PER_DOUBLING * math.log2(10)) > 0
+
+        def nice_in_slurm() -> int:
+            return int(slurm("squeue", "-h", "-j", backend_id, "-o", "%y").strip())
+
+        assert nice_in_slurm() == nice  # waited under the starving time: left as it is
+        settings.TORUS_SCHEDULING_STARVING_SECONDS = 0
+        assert reconcile_cluster(cluster_id=slurm_cluster.pk)["unstarved"] == 1
+        assert nice_in_slurm() == 0
+        assert Job.objects.get(pk=waiting).state == "SUBMITTED"  # still waiting on the quota
+        assert reconcile_cluster(cluster_id=slurm_cluster.pk)["unstarved"] == 0  # once
+    finally:
+        for_cluster(slurm_cluster).tenant_gpu_limit(
+            tenant=acme.tenant.slug, account=group_name(tenant=acme.tenant), gpus=None
+        )
+        cluster_limits.forget(cluster=slurm_cluster, tenant_ids=[acme.tenant.pk])

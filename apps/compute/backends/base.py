@@ -76,6 +76,8 @@ class BackendJob:
     order: int = 0
     # Where it waits, when pending: e.g. the position in its queue (Kueue's visibility API).
     queue_position: int | None = None
+    # How far behind its submission rank it waits (Slurm's nice, Submission.nice; 0 elsewhere).
+    nice: int = 0
 
 
 @dataclass
@@ -165,6 +167,10 @@ class Backend(Protocol):
         """Finished jobs from accounting (for jobs the controller has forgotten), one call."""
 
     def cancel(self, backend_id: str) -> None: ...
+
+    def clear_nice(self, backend_id: str) -> None:
+        """Put a waiting job back at its submission rank in the cluster's queue (Slurm: nice
+        0; a backend that never sets a nice does nothing)."""
 
     def ping(self) -> None:
         """Raise ClusterUnavailable unless the controller answers."""

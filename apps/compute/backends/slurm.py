@@ -297,6 +297,7 @@ class SlurmBackend:
                     ended_at=_epoch(job.get("end_time")),
                     restarts=int(job.get("restart_cnt") or 0),
                     order=_order(job["job_id"]),
+                    nice=int(job.get("nice") or 0),
                 )
             )
         return found
@@ -345,6 +346,9 @@ class SlurmBackend:
 
     def cancel(self, backend_id: str) -> None:
         self._call("DELETE", f"/job/{int(backend_id)}")
+
+    def clear_nice(self, backend_id: str) -> None:
+        self._call("POST", f"/job/{int(backend_id)}", json={"nice": 0})
 
     def inventory(self) -> tuple[list[PartitionInfo], list[NodeInfo]]:
         nodes_body = self._call("GET", "/nodes")

@@ -207,6 +207,9 @@ class KubernetesBackend:
             if exc.status != 404:
                 raise ClusterUnavailable(str(exc)) from exc
 
+    def clear_nice(self, backend_id: str) -> None:
+        """Nothing: Kueue orders by its own priority classes, no nice is ever set."""
+
     def ping(self) -> None:
         self.client.request("GET", "/version")
 
