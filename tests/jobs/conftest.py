@@ -1,5 +1,6 @@
 """Fixtures for jobs on the real Slurm cluster that platform/services runs."""
 
+import contextlib
 import os
 import subprocess
 import time
@@ -10,11 +11,16 @@ from django.conf import settings
 from django.core.management import call_command
 from django.urls import reverse
 
+from apps.compute.backends import for_cluster
 from apps.compute.envfile import read_env_file
 from apps.compute.models import Cluster
+from apps.identity.services import group_name
+from apps.jobs import cluster_limits
 from apps.jobs.models import Job, JobAttempt
 from apps.jobs.states import TERMINAL
 from apps.jobs.tasks import control_pass
+from apps.quotas.models import Quota
+from apps.tenancy.models import Role
 from tests.conftest import background_loop
 
 
@@ -77,6 +83,30 @@ def drive(job_id, *, until: set[str] | None = None, timeout: float = 90, conditi
             f"attempts {[(a.number, a.state, a.backend_id) for a in job.attempts.all()]}"
         )
         time.sleep(0.5)
+
+
+@contextlib.contextmanager
+def tenant_quota_in_use(world, cluster):
+    """Slurm holds the tenant's GPU quota (2 GPUs: its account's GrpTRES) and a 2-GPU job of
+    the tenant runs, so its next GPU job waits in Slurm on AssocGrpGRES; yields the running
+    job's id. The limit is lifted on leaving."""
+    cluster.config = {**cluster.config, "tenant_gpu_quota": "slurm"}
+    cluster.save()
+    Quota.objects.create(tenant=world.tenant, gpus=2)
+    try:
+        first = submit(
+            world.client(Role.MEMBER),
+            world.project,
+            command=["sleep", "60"],
+            resources={"gpus_per_node": 2},
+        )["id"]
+        drive(first, until={"RUNNING"})
+        yield first
+    finally:
+        for_cluster(cluster).tenant_gpu_limit(
+            tenant=world.tenant.slug, account=group_name(tenant=world.tenant), gpus=None
+        )
+        cluster_limits.forget(cluster=cluster, tenant_ids=[world.tenant.pk])
 
 
 def submit(client, project, **spec) -> dict:

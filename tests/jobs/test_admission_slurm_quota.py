@@ -7,14 +7,13 @@ import pytest
 from django.urls import reverse
 
 from apps.compute.backends import for_cluster
-from apps.identity.services import group_name
 from apps.jobs import cluster_limits
 from apps.jobs.borrowing import cluster_gpus
 from apps.quotas.models import Quota
 from apps.tenancy.models import Role
 from tests.conftest import make_world
 from tests.factories import make_job
-from tests.jobs.conftest import drive, slurm, submit
+from tests.jobs.conftest import drive, slurm, submit, tenant_quota_in_use
 
 pytestmark = pytest.mark.django_db
 
@@ -175,15 +174,8 @@ def test_a_busy_tenant_is_lent_what_the_others_leave_idle_and_gives_it_back(slur
 def test_slurm_holds_the_tenant_at_its_quota_until_room_frees(acme, slurm_cluster):
     """Both jobs pass admission; Slurm runs the first, keeps the second waiting on the
     tenant's limit (the job says so) and starts it when the first ends."""
-    slurm_cluster.config = {**slurm_cluster.config, "tenant_gpu_quota": "slurm"}
-    slurm_cluster.save()
-    Quota.objects.create(tenant=acme.tenant, gpus=2)
     client = acme.client(Role.MEMBER)
-    try:
-        first = submit(
-            client, acme.project, command=["sleep", "60"], resources={"gpus_per_node": 2}
-        )["id"]
-        drive(first, until={"RUNNING"})
+    with tenant_quota_in_use(acme, slurm_cluster) as first:
         second = submit(client, acme.project, command=["true"], resources={"gpus_per_node": 1})
         waiting = drive(second["id"], condition=lambda j: "AssocGrpGRES" in j.state_reason)
         assert waiting.state == "SUBMITTED"
@@ -191,8 +183,3 @@ def test_slurm_holds_the_tenant_at_its_quota_until_room_frees(acme, slurm_cluste
         response = client.post(reverse("job-cancel", kwargs={"pk": first}))
         assert response.status_code == 200
         assert drive(second["id"]).state == "SUCCEEDED"
-    finally:
-        for_cluster(slurm_cluster).tenant_gpu_limit(
-            tenant=acme.tenant.slug, account=group_name(tenant=acme.tenant), gpus=None
-        )
-        cluster_limits.forget(cluster=slurm_cluster, tenant_ids=[acme.tenant.pk])

@@ -6,16 +6,12 @@ import math
 
 import pytest
 
-from apps.compute.backends import for_cluster
 from apps.compute.models import Cluster
-from apps.identity.services import group_name
-from apps.jobs import cluster_limits
 from apps.jobs.models import Job
 from apps.jobs.priority import NICE_PER_DOUBLING, cluster_nice
 from apps.jobs.reconcile import reconcile_cluster
-from apps.quotas.models import Quota
 from apps.tenancy.models import Role
-from tests.jobs.conftest import drive, slurm, submit
+from tests.jobs.conftest import drive, slurm, submit, tenant_quota_in_use
 
 
 def sized(gpus: int, minutes: int) -> Job:
@@ -74,15 +70,8 @@ def test_a_starving_job_gets_its_submission_rank_back_in_slurms_queue(
 ):
     """The size order holds a big job back in Slurm's queue for at most the starving time:
     the reconciler clears the nice of a starving job still waiting there, once."""
-    slurm_cluster.config = {**slurm_cluster.config, "tenant_gpu_quota": "slurm"}
-    slurm_cluster.save()
-    Quota.objects.create(tenant=acme.tenant, gpus=2)
     client = acme.client(Role.MEMBER)
-    try:
-        first = submit(
-            client, acme.project, command=["sleep", "60"], resources={"gpus_per_node": 2}
-        )["id"]
-        drive(first, until={"RUNNING"})
+    with tenant_quota_in_use(acme, slurm_cluster):
         waiting = submit(
             client,
             acme.project,
@@ -103,8 +92,3 @@ def test_a_starving_job_gets_its_submission_rank_back_in_slurms_queue(
         assert nice_in_slurm() == 0
         assert Job.objects.get(pk=waiting).state == "SUBMITTED"  # still waiting on the quota
         assert reconcile_cluster(cluster_id=slurm_cluster.pk)["unstarved"] == 0  # once
-    finally:
-        for_cluster(slurm_cluster).tenant_gpu_limit(
-            tenant=acme.tenant.slug, account=group_name(tenant=acme.tenant), gpus=None
-        )
-        cluster_limits.forget(cluster=slurm_cluster, tenant_ids=[acme.tenant.pk])
