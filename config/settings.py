@@ -216,9 +216,11 @@ TORUS_DISPATCH_GRACE_SECONDS = env_int("TORUS_DISPATCH_GRACE_SECONDS", 30, minim
 TORUS_DISPATCH_THREADS = env_int("TORUS_DISPATCH_THREADS", 8, minimum=1)
 TORUS_LOST_AFTER_SECONDS = env_int("TORUS_LOST_AFTER_SECONDS", 120, minimum=5)
 TORUS_FAIRSHARE_DAYS = env_int("TORUS_FAIRSHARE_DAYS", 7, minimum=1)
-# apps/jobs/priority.py: each AGING of waiting halves a job's size; STARVING: it goes first
+# apps/jobs/priority.py: each AGING of waiting halves a job's size; STARVING: it goes first;
+# NICE_PER_DOUBLING: the size order passed to Slurm's queue (0: submission order)
 TORUS_SCHEDULING_AGING_SECONDS = env_int("TORUS_SCHEDULING_AGING_SECONDS", 600, minimum=1)
 TORUS_SCHEDULING_STARVING_SECONDS = env_int("TORUS_SCHEDULING_STARVING_SECONDS", 3600, minimum=1)
+TORUS_SCHEDULING_NICE_PER_DOUBLING = env_int("TORUS_SCHEDULING_NICE_PER_DOUBLING", 1000, minimum=0)
 CELERY_BEAT_SCHEDULE["jobs-control-pass"] = {
     "task": "jobs.control_pass",
     "schedule": float(TORUS_RECONCILE_SECONDS),
