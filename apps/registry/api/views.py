@@ -416,7 +416,11 @@ class RegisteredModelViewSet(
             return Response(status=status.HTTP_204_NO_CONTENT)
         serializer = AliasSetSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        version = self._version(model, serializer.validated_data["version"])
+        version = self._version(
+            model,
+            serializer.validated_data["version"],
+            rows=model.versions.only("id", "model_id", "number", "state"),
+        )
         row = services.alias_set(actor=self.actor, model=model, name=alias, version=version)
         return Response(AliasSerializer(row).data)
 
