@@ -185,8 +185,9 @@ class ModelVersionSerializer(serializers.ModelSerializer):
         ).values(*fields, "alias_names", "dataset_version_ids")
 
     @classmethod
-    def listing_row(cls, v: dict, *, model_name: str, full: bool) -> dict:
-        """What to_representation renders, from a `listing` row."""
+    def listing_row(cls, v: dict, *, model_name: str, full: bool, tz) -> dict:
+        """What to_representation renders, from a `listing` row (`tz`: the current time zone,
+        looked up once a page)."""
         row = {
             "id": str(v["id"]),
             "model": str(v["model_id"]),
@@ -207,8 +208,8 @@ class ModelVersionSerializer(serializers.ModelSerializer):
             "manifest_sha256": v["manifest_sha256"],
             "error": v["error"],
             "created_by": v["created_by__username"],
-            "created_at": _iso(v["created_at"]),
-            "ready_at": _iso(v["ready_at"]),
+            "created_at": _iso(v["created_at"], tz),
+            "ready_at": _iso(v["ready_at"], tz),
         }
         if full:
             row.update(card=v["card"], metrics=v["metrics"], params=v["params"])
@@ -248,12 +249,12 @@ class ModelVersionSerializer(serializers.ModelSerializer):
         }
 
 
-def _iso(value) -> str | None:
+def _iso(value, tz=None) -> str | None:
     """As DRF renders a datetime (in the current time zone, UTC as 'Z'), without making a
-    field object per value."""
+    field object per value. `tz`: the current time zone, when the caller renders many."""
     if value is None:
         return None
-    text = timezone.localtime(value).isoformat()
+    text = value.astimezone(tz or timezone.get_current_timezone()).isoformat()
     return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 

@@ -8,6 +8,7 @@ from functools import partial
 
 from django.core.exceptions import ValidationError
 from django.http import Http404, HttpResponseRedirect, StreamingHttpResponse
+from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import mixins, serializers, status
@@ -186,9 +187,10 @@ class RegisteredModelViewSet(
             full = request.query_params.get("full") in ("1", "true")
             rows = ModelVersionSerializer.listing(model.versions.all(), full=full)
             page = self.paginate_queryset(rows.order_by("-created_at"))
+            tz = timezone.get_current_timezone()
             return self.get_paginated_response(
                 [
-                    ModelVersionSerializer.listing_row(row, model_name=model.name, full=full)
+                    ModelVersionSerializer.listing_row(row, model_name=model.name, full=full, tz=tz)
                     for row in page
                 ]
             )
