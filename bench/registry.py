@@ -1,6 +1,8 @@
 """Model registry benchmark: the same four operations through Torus's API and through an MLflow
 tracking server (PyPI's mlflow, in its own virtualenv under .var/bench/mlflow, backed by the
-same PostgreSQL in a database of its own), one client thread, keep-alive connections:
+same PostgreSQL in a database of its own), one client thread, keep-alive connections; then the
+one-request operations again from several client threads at once (--clients), the throughput
+each server reaches when it is never idle:
 
   create_version  a new version with 20 metrics, 20 parameters, a dataset it came from and a
                   1 KiB artifact file uploaded through the server
@@ -16,19 +18,22 @@ same PostgreSQL in a database of its own), one client thread, keep-alive connect
   get_model       not an aim: one read of the model's row (GET models/{id}/; GET
                   registered-models/get), what a request costs in each stack at least
 
-Run alone:  .venv/bin/python bench/registry.py [--quick] [--versions N] [--keep-logs]
+Run alone:  .venv/bin/python bench/registry.py [--quick] [--versions N] [--clients 4,8]
+            [--keep-logs]
 Progress goes to stderr; the last stdout line is the result:
 {"benchmark": "registry", "metrics": {...}, "peers": {...}, "ratios": {...}}
 Ratios are Torus's operations per second over MLflow's (the aim: at least 2).
 """
 
 import argparse
+import copy
 import json
 import os
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -58,6 +63,7 @@ MODEL = "bench-model"
 N_METRICS = N_PARAMS = 20
 ARTIFACT = os.urandom(1024)
 OPS = ("create_version", "move_alias", "list_versions", "read_lineage", "get_model")
+ONE_REQUEST_OPS = OPS[1:]
 
 
 def log(msg: str) -> None:
@@ -347,11 +353,12 @@ class TorusOps:
 ROUND = 10  # calls per system before the other takes its turn
 
 
-def measure(systems: dict, n: int, warmup: int) -> dict:
-    """Each operation n times per system (after `warmup` untimed calls), one client thread,
-    the systems taking turns in rounds of ROUND calls so that a change in the machine's load
-    (other work shares the cores) falls on both alike: create n versions, move the alias over
-    them, list the newest 50, read the lineage of each."""
+def measure(systems: dict, n: int, warmup: int) -> tuple[dict, dict]:
+    """(figures, each system's version numbers): each operation n times per system (after
+    `warmup` untimed calls), one client thread, the systems taking turns in rounds of ROUND
+    calls so that a change in the machine's load (other work shares the cores) falls on both
+    alike: create n versions, move the alias over them, list the newest 50, read the lineage
+    of each."""
     out = {name: {} for name in systems}
     numbers = {
         name: [ops.create_version(i) for i in range(warmup)] for name, ops in systems.items()
@@ -417,6 +424,73 @@ def measure(systems: dict, n: int, warmup: int) -> dict:
             raise AssertionError(f"{name}: list_versions returned {sorted(set(listed[name]))}")
         if any(s != want for s in seen[name]):
             raise AssertionError(f"{name}: lineage read {seen[name][0]}, expected {want}")
+    return out, numbers
+
+
+def _client_of(ops):
+    """Another client of the same system: the same state, its own keep-alive connection."""
+    import httpx
+
+    clone = copy.copy(ops)
+    clone.http = httpx.Client(
+        base_url=ops.http.base_url, timeout=60, headers=dict(ops.http.headers)
+    )
+    return clone
+
+
+def measure_concurrent(systems: dict, numbers: dict, *, clients: int, n: int) -> dict:
+    """Each one-request operation n times per system, from `clients` threads at once (each
+    with its own connection, n / clients calls each), the systems in turn, twice, in
+    alternating order: ops/s = calls over the wall time of both turns."""
+    out = {name: {} for name in systems}
+    calls = max(1, n // clients)
+    pools = {name: [_client_of(ops) for _ in range(clients)] for name, ops in systems.items()}
+    actions = {
+        "move_alias": lambda ops, name, i: ops.move_alias(numbers[name][i % len(numbers[name])]),
+        "list_versions": lambda ops, name, i: ops.list_versions(),
+        "read_lineage": lambda ops, name, i: ops.read_lineage(
+            numbers[name][i % len(numbers[name])]
+        ),
+        "get_model": lambda ops, name, i: ops.get_model(),
+    }
+    for op in ONE_REQUEST_OPS:
+        act = actions[op]
+        walls = {name: 0.0 for name in systems}
+        for turn in range(2):
+            order = list(systems) if turn == 0 else list(reversed(systems))
+            for name in order:
+                for k, client in enumerate(pools[name]):
+                    act(client, name, k)  # warm each connection
+                errors = []
+
+                def run(client, offset, name=name, act=act, errors=errors):
+                    try:
+                        for i in range(calls):
+                            act(client, name, offset + i)
+                    except Exception as exc:  # reported after the turn
+                        errors.append(exc)
+
+                threads = [
+                    threading.Thread(target=run, args=(client, k * calls))
+                    for k, client in enumerate(pools[name])
+                ]
+                t0 = time.perf_counter()
+                for thread in threads:
+                    thread.start()
+                for thread in threads:
+                    thread.join()
+                walls[name] += time.perf_counter() - t0
+                if errors:
+                    raise RuntimeError(f"{name} {op} with {clients} clients: {errors[0]}")
+        for name in systems:
+            out[name][op] = round(2 * calls * clients / walls[name], 1)
+        log(
+            f"{clients} clients, {op}: "
+            + ", ".join(f"{name} {out[name][op]} ops/s" for name in systems)
+        )
+    for pool in pools.values():
+        for client in pool:
+            client.http.close()
     return out
 
 
@@ -425,6 +499,11 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="50 versions instead of 200")
     parser.add_argument("--versions", type=int, help="versions created (and each op's count)")
     parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument(
+        "--clients",
+        default="4,8",
+        help="client threads for the concurrent phase, comma-separated ('' for none)",
+    )
     parser.add_argument("--keep-logs", action="store_true")
     args, unknown = parser.parse_known_args()  # run_all passes its arguments to every script
     if unknown:
@@ -451,8 +530,12 @@ def main() -> int:
             "mlflow": MlflowOps(mlflow_url),
             "torus": TorusOps(f"http://127.0.0.1:{port}", world),
         }
-        measured = measure(systems, n, args.warmup)
+        measured, numbers = measure(systems, n, args.warmup)
         peer, torus = measured["mlflow"], measured["torus"]
+        concurrent = {
+            clients: measure_concurrent(systems, numbers, clients=clients, n=n)
+            for clients in [int(c) for c in args.clients.split(",") if c.strip()]
+        }
         result = {
             "benchmark": "registry",
             "metrics": {
@@ -461,6 +544,10 @@ def main() -> int:
                 "metrics_and_params_per_version": [N_METRICS, N_PARAMS],
                 "artifact_bytes": len(ARTIFACT),
                 "uvicorn_workers": 1,
+                "concurrent": {
+                    f"{clients}_clients": {op: figures["torus"][op] for op in ONE_REQUEST_OPS}
+                    for clients, figures in concurrent.items()
+                },
                 "environment_start": env_start,
                 "environment_end": environment(),
             },
@@ -469,12 +556,23 @@ def main() -> int:
                 "mlflow_workers": 1,
                 "mlflow_backend": f"postgresql (the platform's server, database {MLFLOW_DB})",
                 **{f"mlflow_{op}": peer[op] for op in OPS},
+                "mlflow_concurrent": {
+                    f"{clients}_clients": {op: figures["mlflow"][op] for op in ONE_REQUEST_OPS}
+                    for clients, figures in concurrent.items()
+                },
             },
             "ratios": {
                 f"{op}_torus_vs_mlflow": round(
                     torus[op]["ops_per_second"] / peer[op]["ops_per_second"], 2
                 )
                 for op in OPS
+            }
+            | {
+                f"{op}_torus_vs_mlflow_{clients}_clients": round(
+                    figures["torus"][op] / figures["mlflow"][op], 2
+                )
+                for clients, figures in concurrent.items()
+                for op in ONE_REQUEST_OPS
             },
         }
         log(f"ratios (Torus ops/s over MLflow's): {json.dumps(result['ratios'])}")
