@@ -419,6 +419,48 @@ def test_a_page_of_versions_costs_the_same_queries_however_many(acme, models_are
     assert detail["card"] == "# big card" and detail["aliases"] == ["production"]
 
 
+def test_a_page_of_versions_reads_as_each_version_does(acme, models_area):
+    """The page's rows are written by PostgreSQL (apps/core/api/json_rows.py): each reads
+    exactly as the version's own route writes it, times included (UTC, 'Z', no fraction when
+    it is zero), an open version's null fields and a lineage's ids too; an indented answer
+    carries the same values."""
+    import datetime
+
+    from apps.datasets.models import Dataset, DatasetVersion
+
+    dataset = Dataset.objects.create(tenant=acme.tenant, project=acme.project, name="imagenet")
+    data = DatasetVersion.objects.create(dataset=dataset, number=1, state="committed")
+    client = acme.client(Role.MEMBER)
+    model = create_model(client, acme.project)
+    upload_version(
+        client, model["id"], {"w": b"1"}, metrics={"acc": 0.5}, tags={"team": "nlp"},
+        card="# card", dataset_versions=["imagenet:1"],
+    )  # fmt: skip
+    upload_version(client, model["id"], {"w": b"2"})
+    client.put(models_url(model["id"], "aliases", "production"), {"version": 1}, format="json")
+    client.put(models_url(model["id"], "aliases", "staging"), {"version": 1}, format="json")
+    client.post(models_url(model["id"], "versions"), {}, format="json")  # 3: open, no files
+    whole_second = datetime.datetime(2026, 12, 4, 10, 0, 0, tzinfo=datetime.UTC)
+    ModelVersion.objects.filter(model_id=model["id"], number=2).update(ready_at=whole_second)
+
+    for query in ("", "?full=1"):
+        rows = client.get(models_url(model["id"], "versions") + query).json()["results"]
+        assert [r["number"] for r in rows] == [3, 2, 1]
+        for row in rows:
+            detail = client.get(models_url(model["id"], "versions", row["number"])).json()
+            if not query:
+                for heavy in ("card", "metrics", "params"):
+                    detail.pop(heavy)
+            assert row == detail
+    assert rows[1]["ready_at"] == "2026-12-04T10:00:00Z" and rows[0]["ready_at"] is None
+    assert rows[2]["aliases"] == ["production", "staging"]
+    assert rows[2]["dataset_versions"] == [str(data.pk)]
+    indented = client.get(
+        models_url(model["id"], "versions") + "?full=1", HTTP_ACCEPT="application/json; indent=2"
+    )
+    assert indented.content.startswith(b"{\n") and indented.json()["results"] == rows
+
+
 def test_an_alias_move_reads_each_row_by_its_key_alone(acme, models_area):
     """The baseline of a member's move: the model, the member's place in its project (once,
     though the view and the service both ask), the version, then one statement that locks

@@ -5,7 +5,8 @@ several times faster. Dates and times, Decimals, lazy strings and the other type
 encoder knows go through that encoder, so they read as before ("Z" for UTC;
 tests/core/test_renderer.py compares the bytes). Where the two differ: a NaN or an infinity
 is written as null (DRF's strict renderer fails the response; the services refuse them on
-input). A client asking for an indent (`Accept: application/json; indent=4`) gets DRF's."""
+input). A client asking for an indent (`Accept: application/json; indent=4`) gets DRF's. Rows that
+PostgreSQL wrote as JSON (`orjson.Fragment`) are copied in as they are."""
 
 import orjson
 from rest_framework.renderers import JSONRenderer as DRFJSONRenderer
@@ -20,6 +21,8 @@ class JSONRenderer(DRFJSONRenderer):
         if data is None:
             return b""
         if self.get_indent(accepted_media_type, renderer_context or {}) is not None:
+            # rows PostgreSQL wrote (orjson.Fragment, apps/core/api/json_rows.py) as values
+            data = orjson.loads(orjson.dumps(data, default=_default, option=_OPTIONS))
             return super().render(data, accepted_media_type, renderer_context)
         out = orjson.dumps(data, default=_default, option=_OPTIONS)
         return out.replace(b"\xe2\x80\xa8", b"\\u2028").replace(b"\xe2\x80\xa9", b"\\u2029")

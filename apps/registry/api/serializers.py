@@ -1,10 +1,11 @@
 """Registry serializers: validate shapes here; the services validate meaning."""
 
 from django.contrib.postgres.expressions import ArraySubquery
-from django.db.models import OuterRef
+from django.db.models import F, OuterRef
 from django.utils import timezone
 from rest_framework import serializers
 
+from apps.core.api import json_rows
 from apps.core.api.serializers import StrictModelSerializer, StrictSerializer
 from apps.registry.models import (
     ModelAlias,
@@ -150,70 +151,32 @@ class ModelVersionSerializer(serializers.ModelSerializer):
 
     HEAVY = ("card", "metrics", "params")  # left out of a listing unless asked for
 
-    # A listing reads these columns as plain values (no model instances), with each
-    # version's alias names and dataset version ids aggregated in the same query.
-    LISTED = (
-        "id",
-        "model_id",
-        "number",
-        "state",
-        "stage",
-        "storage",
-        "framework",
-        "description",
-        "tags",
-        "source_job_id",
-        "source_attempt_id",
-        "file_count",
-        "size_bytes",
-        "manifest_sha256",
-        "error",
-        "created_at",
-        "ready_at",
-    )
-
     @classmethod
-    def listing(cls, rows, *, full: bool):
-        """`rows` (a queryset of versions) as dicts for `listing_row`: one query a page."""
+    def listing(cls, rows, *, model_name: str, full: bool):
+        """`rows` (a queryset of versions) as dicts of `created_at` (the page's cursor) and
+        `json`: the row as `to_representation` writes it, written by PostgreSQL, with each
+        version's aliases and dataset versions; one query a page."""
         aliases = ModelAlias.objects.filter(version=OuterRef("pk")).order_by("name")
         through = ModelVersion.dataset_versions.through.objects
         datasets = through.filter(modelversion=OuterRef("pk")).order_by("pk")
-        fields = [*cls.LISTED, "created_by__username", *(cls.HEAVY if full else ())]
-        return rows.annotate(
-            alias_names=ArraySubquery(aliases.values("name")),
-            dataset_version_ids=ArraySubquery(datasets.values("datasetversion_id")),
-        ).values(*fields, "alias_names", "dataset_version_ids")
-
-    @classmethod
-    def listing_row(cls, v: dict, *, model_name: str, full: bool, tz) -> dict:
-        """What to_representation renders, from a `listing` row (`tz`: the current time zone,
-        looked up once a page)."""
-        row = {
-            "id": str(v["id"]),
-            "model": str(v["model_id"]),
-            "model_name": model_name,
-            "number": v["number"],
-            "state": v["state"],
-            "stage": v["stage"],
-            "storage": v["storage"],
-            "framework": v["framework"],
-            "description": v["description"],
-            "tags": v["tags"],
-            "aliases": v["alias_names"],
-            "source_job": str(v["source_job_id"]) if v["source_job_id"] else None,
-            "source_attempt": str(v["source_attempt_id"]) if v["source_attempt_id"] else None,
-            "dataset_versions": [str(pk) for pk in v["dataset_version_ids"]],
-            "file_count": v["file_count"],
-            "size_bytes": v["size_bytes"],
-            "manifest_sha256": v["manifest_sha256"],
-            "error": v["error"],
-            "created_by": v["created_by__username"],
-            "created_at": _iso(v["created_at"], tz),
-            "ready_at": _iso(v["ready_at"], tz),
+        plain = ("number", "state", "stage", "storage", "framework", "description", "tags")
+        counts = ("file_count", "size_bytes", "manifest_sha256", "error")
+        pairs = {
+            "id": json_rows.text("id"),
+            "model": json_rows.text("model_id"),
+            "model_name": json_rows.constant(model_name),
+            **{name: F(name) for name in plain},
+            "aliases": ArraySubquery(aliases.values("name")),
+            "source_job": json_rows.text("source_job_id"),
+            "source_attempt": json_rows.text("source_attempt_id"),
+            "dataset_versions": ArraySubquery(datasets.values("datasetversion_id")),
+            **{name: F(name) for name in counts},
+            "created_by": F("created_by__username"),
+            "created_at": json_rows.utc_time("created_at"),
+            "ready_at": json_rows.utc_time("ready_at"),
+            **({name: F(name) for name in cls.HEAVY} if full else {}),
         }
-        if full:
-            row.update(card=v["card"], metrics=v["metrics"], params=v["params"])
-        return row
+        return rows.annotate(json=json_rows.JSONRow(pairs)).values("created_at", "json")
 
     def to_representation(self, obj) -> dict:
         """The fields above, built directly: DRF's field-by-field rendering costs more than
@@ -249,12 +212,12 @@ class ModelVersionSerializer(serializers.ModelSerializer):
         }
 
 
-def _iso(value, tz=None) -> str | None:
+def _iso(value) -> str | None:
     """As DRF renders a datetime (in the current time zone, UTC as 'Z'), without making a
-    field object per value. `tz`: the current time zone, when the caller renders many."""
+    field object per value."""
     if value is None:
         return None
-    text = value.astimezone(tz or timezone.get_current_timezone()).isoformat()
+    text = timezone.localtime(value).isoformat()
     return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 

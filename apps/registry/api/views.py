@@ -6,9 +6,9 @@ import tarfile
 import uuid
 from functools import partial
 
+import orjson
 from django.core.exceptions import ValidationError
 from django.http import Http404, HttpResponseRedirect, StreamingHttpResponse
-from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import mixins, serializers, status
@@ -185,15 +185,11 @@ class RegisteredModelViewSet(
         if request.method == "GET":
             # cards may be 256 KiB each: a page lists, the detail tells all (or ?full=1)
             full = request.query_params.get("full") in ("1", "true")
-            rows = ModelVersionSerializer.listing(model.versions.all(), full=full)
-            page = self.paginate_queryset(rows.order_by("-created_at"))
-            tz = timezone.get_current_timezone()
-            return self.get_paginated_response(
-                [
-                    ModelVersionSerializer.listing_row(row, model_name=model.name, full=full, tz=tz)
-                    for row in page
-                ]
+            rows = ModelVersionSerializer.listing(
+                model.versions.all(), model_name=model.name, full=full
             )
+            page = self.paginate_queryset(rows.order_by("-created_at"))
+            return self.get_paginated_response([orjson.Fragment(row["json"]) for row in page])
         files = None
         body = request.data
         if request.content_type.startswith("multipart/form-data"):
