@@ -1,6 +1,8 @@
 """Reads of the registry: lineage both ways, comparisons, alias history. Every function takes
 the actor and sees only its tenants (apps/core/models.py::visible_to)."""
 
+import functools
+
 from django.contrib.postgres.expressions import ArraySubquery
 from django.db.models import Exists, OuterRef, Q
 from django.http import Http404
@@ -83,15 +85,8 @@ def version_lineage(*, actor: Actor, version: ModelVersion) -> dict:
     read_by: dict = {}  # attempt id -> ids of the dataset versions it read
     if version.source_job_id:
         # the job's attempts with their job and the dataset versions each read: one query
-        job_attempts = JobAttempt.objects.filter(job_id=version.source_job_id)
-        job_attempts = job_attempts.select_related("job__user", "job__project")
         reads = _attempt_reads_datasets()
-        if reads:
-            through = JobAttempt.dataset_versions.through.objects
-            read = through.filter(jobattempt=OuterRef("pk")).order_by("pk")
-            job_attempts = job_attempts.annotate(
-                read_ids=ArraySubquery(read.values("datasetversion_id"))
-            )
+        job_attempts = _attempts_of_a_job().filter(job_id=version.source_job_id)
         job_attempts = list(job_attempts.order_by("number"))
         if job_attempts:
             job = job_attempts[0].job
@@ -121,11 +116,32 @@ def version_lineage(*, actor: Actor, version: ModelVersion) -> dict:
     }
 
 
-def with_inference_flag(versions):
-    """`versions` (a queryset) each with `read_by_inference`, read in the same query: a
-    lineage without inference jobs (the usual case) then looks for none."""
+def versions_of(model: RegisteredModel):
+    """The model's versions, each with `read_by_inference`, read in the same query: a lineage
+    without inference jobs (the usual case) then looks for none."""
+    return _versions_with_inference_flag().filter(model=model)
+
+
+# Querysets built once a process, before their filter: their annotations cost more to
+# resolve than PostgreSQL takes to run them. Never evaluated: callers filter a copy.
+
+
+@functools.cache
+def _versions_with_inference_flag():
     attempts = JobAttempt.objects.filter(model_version=OuterRef("pk"))
-    return versions.annotate(read_by_inference=Exists(attempts))
+    return ModelVersion.objects.annotate(read_by_inference=Exists(attempts))
+
+
+@functools.cache
+def _attempts_of_a_job():
+    """Attempts with their job and, where attempts record them, the ids of the dataset
+    versions each read (`read_ids`)."""
+    rows = JobAttempt.objects.select_related("job__user", "job__project")
+    if _attempt_reads_datasets():
+        through = JobAttempt.dataset_versions.through.objects
+        read = through.filter(jobattempt=OuterRef("pk")).order_by("pk")
+        rows = rows.annotate(read_ids=ArraySubquery(read.values("datasetversion_id")))
+    return rows
 
 
 def _inference_jobs(*, actor: Actor, version: ModelVersion) -> list[dict]:

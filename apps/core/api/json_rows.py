@@ -11,7 +11,7 @@ Written as DRF writes them: UUIDs as strings; times in UTC (settings.TIME_ZONE) 
 
 import re
 
-from django.db.models import F, Func, TextField, Value
+from django.db.models import F, Func, TextField
 from django.db.models.functions import Cast
 
 KEY_RE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
@@ -55,9 +55,3 @@ def utc_time(field: str) -> Func:
 def text(field: str) -> Cast:
     """A UUID column (or any) as its text (null stays null)."""
     return Cast(F(field), TextField())
-
-
-def constant(value: str) -> Cast:
-    """A string the caller gives, typed as text (a bare parameter has no type to build JSON
-    from)."""
-    return Cast(Value(value), TextField())

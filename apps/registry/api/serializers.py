@@ -1,5 +1,7 @@
 """Registry serializers: validate shapes here; the services validate meaning."""
 
+import functools
+
 from django.contrib.postgres.expressions import ArraySubquery
 from django.db.models import F, OuterRef
 from django.utils import timezone
@@ -152,31 +154,11 @@ class ModelVersionSerializer(serializers.ModelSerializer):
     HEAVY = ("card", "metrics", "params")  # left out of a listing unless asked for
 
     @classmethod
-    def listing(cls, rows, *, model_name: str, full: bool):
-        """`rows` (a queryset of versions) as dicts of `created_at` (the page's cursor) and
-        `json`: the row as `to_representation` writes it, written by PostgreSQL, with each
-        version's aliases and dataset versions; one query a page."""
-        aliases = ModelAlias.objects.filter(version=OuterRef("pk")).order_by("name")
-        through = ModelVersion.dataset_versions.through.objects
-        datasets = through.filter(modelversion=OuterRef("pk")).order_by("pk")
-        plain = ("number", "state", "stage", "storage", "framework", "description", "tags")
-        counts = ("file_count", "size_bytes", "manifest_sha256", "error")
-        pairs = {
-            "id": json_rows.text("id"),
-            "model": json_rows.text("model_id"),
-            "model_name": json_rows.constant(model_name),
-            **{name: F(name) for name in plain},
-            "aliases": ArraySubquery(aliases.values("name")),
-            "source_job": json_rows.text("source_job_id"),
-            "source_attempt": json_rows.text("source_attempt_id"),
-            "dataset_versions": ArraySubquery(datasets.values("datasetversion_id")),
-            **{name: F(name) for name in counts},
-            "created_by": F("created_by__username"),
-            "created_at": json_rows.utc_time("created_at"),
-            "ready_at": json_rows.utc_time("ready_at"),
-            **({name: F(name) for name in cls.HEAVY} if full else {}),
-        }
-        return rows.annotate(json=json_rows.JSONRow(pairs)).values("created_at", "json")
+    def listing(cls, *, model_id, full: bool):
+        """The model's versions as dicts of `created_at` (the page's cursor) and `json`: the
+        row as `to_representation` writes it, written by PostgreSQL, with each version's
+        aliases and dataset versions; one query a page."""
+        return _listing(full).filter(model_id=model_id)
 
     def to_representation(self, obj) -> dict:
         """The fields above, built directly: DRF's field-by-field rendering costs more than
@@ -210,6 +192,34 @@ class ModelVersionSerializer(serializers.ModelSerializer):
             "created_at": _iso(obj.created_at),
             "ready_at": _iso(obj.ready_at),
         }
+
+
+@functools.cache
+def _listing(full: bool):
+    """The listing's query before its filter, built once a process (its two dozen
+    expressions cost more to resolve than PostgreSQL takes to run them)."""
+    aliases = ModelAlias.objects.filter(version=OuterRef("pk")).order_by("name")
+    through = ModelVersion.dataset_versions.through.objects
+    datasets = through.filter(modelversion=OuterRef("pk")).order_by("pk")
+    plain = ("number", "state", "stage", "storage", "framework", "description", "tags")
+    counts = ("file_count", "size_bytes", "manifest_sha256", "error")
+    pairs = {
+        "id": json_rows.text("id"),
+        "model": json_rows.text("model_id"),
+        "model_name": F("model__name"),
+        **{name: F(name) for name in plain},
+        "aliases": ArraySubquery(aliases.values("name")),
+        "source_job": json_rows.text("source_job_id"),
+        "source_attempt": json_rows.text("source_attempt_id"),
+        "dataset_versions": ArraySubquery(datasets.values("datasetversion_id")),
+        **{name: F(name) for name in counts},
+        "created_by": F("created_by__username"),
+        "created_at": json_rows.utc_time("created_at"),
+        "ready_at": json_rows.utc_time("ready_at"),
+        **({name: F(name) for name in ModelVersionSerializer.HEAVY} if full else {}),
+    }
+    rows = ModelVersion.objects.annotate(json=json_rows.JSONRow(pairs))
+    return rows.values("created_at", "json")
 
 
 def _iso(value) -> str | None:

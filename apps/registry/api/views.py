@@ -4,7 +4,7 @@
 import json
 import tarfile
 import uuid
-from functools import partial
+from functools import lru_cache, partial
 
 import orjson
 from django.core.exceptions import ValidationError
@@ -92,6 +92,21 @@ def _tar_stream(version: ModelVersion):
     yield b"\0" * (tarfile.BLOCKSIZE * 2)
 
 
+@lru_cache(maxsize=64)  # bounded: the method is what the client sent
+def _model_rows(action: str | None, method: str):
+    """The models as `action` reads them, before the actor's scope: built once a process
+    (the annotations cost more to resolve than PostgreSQL takes to run them). Never
+    evaluated: callers take a copy (`.all()`)."""
+    rows = RegisteredModelViewSet.queryset
+    if action == "retrieve":  # the model with its aliases: one query
+        rows = RegisteredModelSerializer.with_aliases(rows)
+    if (action, method) in PROJECT_ONLY:
+        rows = rows.select_related(None).select_related("project")
+    if action in WEBHOOK_EVENTS and method not in SAFE_METHODS:
+        rows = services.with_webhook_flag(rows)
+    return rows
+
+
 class RegisteredModelViewSet(
     PatchOnlyMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet
 ):
@@ -107,14 +122,7 @@ class RegisteredModelViewSet(
     parser_classes = [JSONParser, MultiPartParser, OctetStreamParser]
 
     def get_queryset(self):
-        rows = super().get_queryset()
-        if self.action == "retrieve":  # the model with its aliases: one query
-            rows = RegisteredModelSerializer.with_aliases(rows)
-        if (self.action, self.request.method) in PROJECT_ONLY:
-            rows = rows.select_related(None).select_related("project")
-        if self.action in WEBHOOK_EVENTS and self.request.method not in SAFE_METHODS:
-            rows = services.with_webhook_flag(rows)
-        return rows
+        return self.restrict(_model_rows(self.action, self.request.method).all())
 
     # -- models ---------------------------------------------------------------------------------
 
@@ -185,9 +193,7 @@ class RegisteredModelViewSet(
         if request.method == "GET":
             # cards may be 256 KiB each: a page lists, the detail tells all (or ?full=1)
             full = request.query_params.get("full") in ("1", "true")
-            rows = ModelVersionSerializer.listing(
-                model.versions.all(), model_name=model.name, full=full
-            )
+            rows = ModelVersionSerializer.listing(model_id=model.pk, full=full)
             page = self.paginate_queryset(rows.order_by("-created_at"))
             return self.get_paginated_response([orjson.Fragment(row["json"]) for row in page])
         files = None
@@ -359,7 +365,7 @@ class RegisteredModelViewSet(
     def lineage(self, request, pk=None, number=None):
         """The version's job, attempts (with their logs), metrics and dataset versions."""
         model = self.get_object()
-        version = self._version(model, number, rows=selectors.with_inference_flag(model.versions))
+        version = self._version(model, number, rows=selectors.versions_of(model))
         return Response(selectors.version_lineage(actor=self.actor, version=version))
 
     @extend_schema(request=StageSerializer, responses=ModelVersionSerializer)
