@@ -284,6 +284,14 @@ class AliasSerializer(serializers.ModelSerializer):
         model = ModelAlias
         fields = ["name", "version", "updated_at"]
 
+    def to_representation(self, instance) -> dict:
+        """The fields above, built directly (DRF makes the field objects anew each time)."""
+        return {
+            "name": instance.name,
+            "version": instance.version.number,
+            "updated_at": _iso(instance.updated_at),
+        }
+
 
 class UploadQuerySerializer(StrictSerializer):
     offset = serializers.IntegerField(min_value=0, default=0)
