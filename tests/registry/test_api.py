@@ -460,6 +460,13 @@ def test_a_page_of_versions_reads_as_each_version_does(acme, models_area):
     )
     assert indented.content.startswith(b"{\n") and indented.json()["results"] == rows
 
+    # page by page, newest first whatever ?ordering= says (that is the models' parameter)
+    url = models_url(model["id"], "versions") + "?page_size=2&ordering=name"
+    first = client.get(url).json()
+    second = client.get(first["next"]).json()
+    assert [r["number"] for r in first["results"] + second["results"]] == [3, 2, 1]
+    assert second["next"] is None and client.get(second["previous"]).json() == first
+
 
 def test_an_alias_move_reads_each_row_by_its_key_alone(acme, models_area):
     """The baseline of a member's move: the model, the member's place in its project (once,

@@ -22,6 +22,15 @@ class CursorPagination(pagination.CursorPagination):
             )
         return size
 
+    def _get_position_from_instance(self, instance, ordering):
+        """A row may bring its position as text (`cursor_position`: a page that PostgreSQL
+        wrote, apps/core/api/json_rows.py), when it is ordered by creation."""
+        if isinstance(instance, dict) and "cursor_position" in instance:
+            if ordering[0].lstrip("-") != "created_at":
+                raise ValueError(f"rows carry created_at as their position, not {ordering[0]}")
+            return instance["cursor_position"]
+        return super()._get_position_from_instance(instance, ordering)
+
     def get_schema_operation_parameters(self, view):
         parameters = super().get_schema_operation_parameters(view)
         for parameter in parameters:

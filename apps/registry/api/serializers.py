@@ -155,7 +155,7 @@ class ModelVersionSerializer(serializers.ModelSerializer):
 
     @classmethod
     def listing(cls, *, model_id, full: bool):
-        """The model's versions as dicts of `created_at` (the page's cursor) and `json`: the
+        """The model's versions as dicts of `cursor_position` (created_at as text) and `json`: the
         row as `to_representation` writes it, written by PostgreSQL, with each version's
         aliases and dataset versions; one query a page."""
         return _listing(full).filter(model_id=model_id)
@@ -218,8 +218,10 @@ def _listing(full: bool):
         "ready_at": json_rows.utc_time("ready_at"),
         **({name: F(name) for name in ModelVersionSerializer.HEAVY} if full else {}),
     }
-    rows = ModelVersion.objects.annotate(json=json_rows.JSONRow(pairs))
-    return rows.values("created_at", "json")
+    rows = ModelVersion.objects.annotate(
+        json=json_rows.JSONRow(pairs), cursor_position=json_rows.text("created_at")
+    )
+    return rows.values("cursor_position", "json")
 
 
 def _iso(value) -> str | None:

@@ -184,6 +184,7 @@ class RegisteredModelViewSet(
         methods=["get", "post"],
         url_path="versions",
         policy_action={"get": "read", "head": "read", "post": "create-version"},
+        filter_backends=[],  # newest first, always: the models' ?ordering= is not the versions'
     )
     def versions(self, request, pk=None):
         """GET: the versions, newest first, without card, metrics and params unless `?full=1`.
