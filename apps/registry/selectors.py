@@ -102,7 +102,11 @@ def version_lineage(*, actor: Actor, version: ModelVersion) -> dict:
     wanted = Q(model_versions=version) | Q(pk__in=read_by.get(version.source_attempt_id, []))
     datasets = {
         dv.pk: dv
-        for dv in DatasetVersion.objects.filter(wanted).select_related("dataset").distinct()
+        for dv in DatasetVersion.objects.filter(wanted)
+        .select_related("dataset")
+        .distinct()
+        # not the default ordering: it sorts through the project and the tenant, two joins
+        .order_by("dataset__name", "number", "pk")
     }
     return {
         "version": version_ref(version),
@@ -116,9 +120,10 @@ def version_lineage(*, actor: Actor, version: ModelVersion) -> dict:
     }
 
 
-def versions_of(model: RegisteredModel):
-    """The model's versions, each with `read_by_inference`, read in the same query: a lineage
-    without inference jobs (the usual case) then looks for none."""
+def versions_for_lineage(model: RegisteredModel):
+    """The model's versions with what a lineage shows of them, each with
+    `read_by_inference`, read in the same query: a lineage without inference jobs (the usual
+    case) then looks for none."""
     return _versions_with_inference_flag().filter(model=model)
 
 
@@ -129,7 +134,9 @@ def versions_of(model: RegisteredModel):
 @functools.cache
 def _versions_with_inference_flag():
     attempts = JobAttempt.objects.filter(model_version=OuterRef("pk"))
-    return ModelVersion.objects.annotate(read_by_inference=Exists(attempts))
+    shown = ("model_id", "number", "state", "stage", "source_job_id", "source_attempt_id")
+    rows = ModelVersion.objects.only(*shown, "metrics", "params")
+    return rows.annotate(read_by_inference=Exists(attempts))
 
 
 @functools.cache

@@ -366,7 +366,7 @@ class RegisteredModelViewSet(
     def lineage(self, request, pk=None, number=None):
         """The version's job, attempts (with their logs), metrics and dataset versions."""
         model = self.get_object()
-        version = self._version(model, number, rows=selectors.versions_of(model))
+        version = self._version(model, number, rows=selectors.versions_for_lineage(model))
         return Response(selectors.version_lineage(actor=self.actor, version=version))
 
     @extend_schema(request=StageSerializer, responses=ModelVersionSerializer)
