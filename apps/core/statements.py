@@ -1,5 +1,5 @@
 """Parts of hand-written statements taken from a model's own fields, for the few writes that
-are worth one round trip to PostgreSQL instead of several (apps/registry/alias_move.py)."""
+are worth one round trip to PostgreSQL instead of several (apps/registry/alias_point.py)."""
 
 from django.db import connection
 from django.db.models import Model

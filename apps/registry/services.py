@@ -691,7 +691,7 @@ def alias_set(
     tell = getattr(model, "tenant_has_webhooks", True)
     # without webhooks to tell, the one statement is the whole transaction
     with transaction.atomic() if tell else nullcontext():
-        for _ in range(3):  # None: a concurrent call made the alias just now
+        for _ in range(3):  # None: a concurrent call made it, or moved it to a new version
             audit = audit_event(
                 actor=actor,
                 user=user,

@@ -5,8 +5,8 @@ several times faster. Dates and times, Decimals, lazy strings and the other type
 encoder knows go through that encoder, so they read as before ("Z" for UTC;
 tests/core/test_renderer.py compares the bytes). Where the two differ: a NaN or an infinity
 is written as null (DRF's strict renderer fails the response; the services refuse them on
-input). A client asking for an indent (`Accept: application/json; indent=4`) gets DRF's. Rows that
-PostgreSQL wrote as JSON (`orjson.Fragment`) are copied in as they are."""
+input). A client asking for an indent (`Accept: application/json; indent=4`) gets DRF's.
+Rows that PostgreSQL wrote as JSON (`orjson.Fragment`) are copied in as they are."""
 
 import orjson
 from rest_framework.renderers import JSONRenderer as DRFJSONRenderer
