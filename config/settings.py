@@ -197,6 +197,10 @@ TORUS_STORAGE_ENSURE_TIMEOUT = env_int("TORUS_STORAGE_ENSURE_TIMEOUT", 10, minim
 # storage (a subtree per node name, tenant, project and user) and each subtree's size limit.
 TORUS_DATASET_CACHE_ROOT = env_str("TORUS_DATASET_CACHE_ROOT", str(DATA_DIR / "dataset-cache"))
 TORUS_DATASET_CACHE_BYTES = env_int("TORUS_DATASET_CACHE_BYTES", 100 * 1024**3, minimum=1)
+# every user's subtree of a node together (apps/jobs/node_cache.py): the node's cache disk
+TORUS_DATASET_CACHE_NODE_BYTES = env_int(
+    "TORUS_DATASET_CACHE_NODE_BYTES", 4 * TORUS_DATASET_CACHE_BYTES, minimum=1
+)
 
 # Identities on the cluster (apps/identity): people are POSIX users, tenants and projects
 # POSIX groups, from the LDAP directory the nodes resolve ("ldap") or local accounts the

@@ -177,7 +177,11 @@ def attempt_datasets_prepare(*, attempt: JobAttempt, cluster: Cluster, identity)
     node_cache = cluster.config.get("dataset_node_cache", cluster.backend == BackendKind.SLURM)
     cache = bool(job.spec.get("dataset_cache", True)) and bool(node_cache)
     if cache:
+        from apps.jobs.node_cache import cluster_sweep
+
         cache_dirs_ensure(cluster=cluster, job=job, identity=identity)
+        needed = sum(f["size"] for key in versions for f in files[key])
+        cluster_sweep(cluster=cluster, needed=needed)
     minutes = job.spec["resources"]["time_limit"]
     plan = {
         "out_dir": str(paths.attempt_dir(job, attempt.number)),

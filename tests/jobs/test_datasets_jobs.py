@@ -133,6 +133,31 @@ def test_the_nodes_cache_evicts_the_least_recently_used_version_under_its_limit(
     assert (stage.misses, stage.evicted_bytes) == (1, 1000)
 
 
+def test_a_node_over_its_cap_drops_another_users_least_recently_used_version(
+    acme, globex, slurm_cluster, settings
+):
+    """Each user's subtree is under its own limit, but the node as a whole is not: before
+    globex's job stages, dispatch drops acme's older version from n1 (as acme's user)."""
+    from pathlib import Path
+
+    settings.TORUS_DATASET_CACHE_NODE_BYTES = 1500
+    make_version(acme, "corpus", {"f.bin": b"1" * 1000})
+    make_version(globex, "corpus", {"f.bin": b"2" * 1000})
+    first = run(acme, "cat $TORUS_DATASET_TRAIN/f.bin >/dev/null",
+                datasets=[{"version": "corpus:1", "as": "TRAIN"}])  # fmt: skip
+    assert first.state == "SUCCEEDED", output(first)
+    node = Path(settings.TORUS_DATASET_CACHE_ROOT) / "n1"
+    acme_versions = list(node.glob(f"{acme.tenant.slug}/*/*/versions/*"))
+    assert len(acme_versions) == 1
+    second = run(globex, "cat $TORUS_DATASET_TRAIN/f.bin >/dev/null",
+                 datasets=[{"version": "corpus:1", "as": "TRAIN"}])  # fmt: skip
+    assert second.state == "SUCCEEDED", output(second)
+    assert not acme_versions[0].exists()
+    assert len(list(node.glob(f"{globex.tenant.slug}/*/*/versions/*"))) == 1
+    stage = DatasetStage.objects.get(attempt__job=second)
+    assert (stage.misses, stage.hits) == (1, 0)
+
+
 def test_a_running_jobs_staging_shows_before_it_ends(acme, slurm_cluster):
     make_version(acme, "corpus", {"sub/a.txt": b"soon"})
     body = submit(

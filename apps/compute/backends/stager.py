@@ -20,7 +20,9 @@ are copied to tmp/, checked against the manifest's sha256 and linked into place;
 is renamed into versions/ in one step, so a reader never sees half a version. Room is made by
 dropping least-recently-used versions that no job holds a lease on, then blobs no version
 links to (link count 1). When no room can be made, or the node has no cache directory, a
-POSIX version is read straight from shared storage.
+POSIX version is read straight from shared storage. `stager.py evict DIR VERSION` drops one
+version when the node as a whole is over its cap (apps/jobs/node_cache.py runs it as the
+subtree's user).
 """
 
 import contextlib
@@ -192,19 +194,26 @@ class Cache:
         for _mtime, version_id in candidates:
             if used + needed <= self.limit:
                 break
-            with _locked(self.locks / f"{version_id}.lock", blocking=False) as got:
-                if not got or self.leased(version_id):
-                    continue  # being staged or read right now
-                doomed = self.tmp / f"evict-{version_id}-{os.getpid()}"
-                os.chmod(self.versions / version_id, 0o700)
-                os.rename(self.versions / version_id, doomed)
-                _make_writable(doomed)
-                shutil.rmtree(doomed)
-                self.evicted_versions += 1
-            freed = self.drop_orphans()
-            self.evicted_bytes += freed
-            used -= freed
+            used -= self.evict(version_id) or 0
         return used + needed <= self.limit
+
+    def evict(self, version_id: str) -> int | None:
+        """Drop one version unless it is being staged or read (a lease), then the blobs no
+        version links to any more: the bytes freed, or None when it was kept. Called under
+        the eviction lock."""
+        with _locked(self.locks / f"{version_id}.lock", blocking=False) as got:
+            view = self.versions / version_id
+            if not got or self.leased(version_id) or view.is_symlink() or not view.is_dir():
+                return None
+            doomed = self.tmp / f"evict-{version_id}-{os.getpid()}"
+            os.chmod(view, 0o700)
+            os.rename(view, doomed)
+            _make_writable(doomed)
+            shutil.rmtree(doomed)
+            self.evicted_versions += 1
+        freed = self.drop_orphans()
+        self.evicted_bytes += freed
+        return freed
 
     def stage(self, version: dict, *, lease_name: str, lease_seconds: int) -> dict:
         """Make `version` present in the cache; its path and what it took."""
@@ -361,9 +370,29 @@ def _write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def evict_one(cache_dir: Path, version_id: str) -> dict:
+    """`stager.py evict DIR VERSION`: the node-wide sweep (apps/jobs/node_cache.py) asks a
+    user's cache, as that user, to drop one version: {"freed": bytes or null}."""
+    if not ID_RE.match(version_id):
+        raise StageError(f"bad version id {version_id!r}")
+    cache = Cache(cache_dir, limit=0)
+    why_not = cache.usable()
+    if why_not:
+        raise StageError(why_not)
+    with _locked(cache.locks / ".evict"):
+        return {"freed": cache.evict(version_id)}
+
+
 def main(argv: list[str]) -> int:
+    if len(argv) == 4 and argv[1] == "evict":
+        try:
+            print(json.dumps(evict_one(Path(argv[2]), argv[3])))
+        except (StageError, OSError) as exc:
+            print(f"torus: evicting from the dataset cache failed: {exc}", file=sys.stderr)
+            return 1
+        return 0
     if len(argv) != 2:
-        print("usage: stager.py PLAN.json", file=sys.stderr)
+        print("usage: stager.py PLAN.json | stager.py evict CACHE_DIR VERSION_ID", file=sys.stderr)
         return 2
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
     try:
