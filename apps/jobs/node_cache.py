@@ -59,7 +59,9 @@ def _subtrees(node_dir: Path) -> list[tuple[Path, os.stat_result]]:
 
 def _used_bytes(subtree: Path) -> int:
     total = 0
-    for dirpath, _dirs, files in os.walk(subtree / "blobs"):  # links are not followed
+    if not _real_dir(subtree / "blobs"):  # os.walk would follow a link at the top
+        return 0
+    for dirpath, _dirs, files in os.walk(subtree / "blobs"):  # links below are not followed
         for name in files:
             try:
                 info = os.lstat(os.path.join(dirpath, name))
@@ -72,6 +74,8 @@ def _used_bytes(subtree: Path) -> int:
 
 def _versions(subtree: Path) -> list[tuple[float, str]]:
     """(last used, version id) of the subtree's cached versions."""
+    if not _real_dir(subtree / "versions"):
+        return []
     try:
         entries = list(os.scandir(subtree / "versions"))
     except OSError:

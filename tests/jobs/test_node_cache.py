@@ -119,11 +119,17 @@ def test_root_follows_no_link_planted_in_a_subtree(area):
     planted = mine / "versions" / str(uuid.uuid4())
     planted.symlink_to(canary)
     os.utime(planted, (1, 1), follow_symlinks=False)
-    # a subtree that is a link, and one not owned by the uid it is named for
+    # a subtree that is a link, one not owned by the uid it is named for, and one whose
+    # blobs and versions are links
     (area / NODE / "acme" / "vision" / "2102").symlink_to(canary)
     other = subtree(area, "acme", "vision", 2104)
     os.chown(other, 2105, 2105)
+    linked = subtree(area, "globex", "nlp", 2106)
+    os.chown(linked, 2106, 2106)
+    (linked / "blobs").symlink_to(canary)
+    (linked / "versions").symlink_to(canary)
 
     outcome = node_sweep(node_dir=area / NODE, cap=10)
-    assert outcome["evicted_versions"] == 1 and cached(mine) == {planted.name}
+    assert outcome == {"bytes_before": 1000, "bytes_after": 0, "evicted_versions": 1}
+    assert cached(mine) == {planted.name}
     assert (canary / "keep").read_text() == "x" and version_id not in cached(mine)
