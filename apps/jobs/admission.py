@@ -249,16 +249,12 @@ def admit_tenant(*, tenant_id) -> list[Job]:
 def admit_submitted(*, jobs: list[Job]) -> tuple[list[JobAttempt], list[JobEvent]]:
     """What admit_tenant would do at once with new jobs of a tenant without quotas, done
     before they are written (nothing can hold them): each is QUEUED (in memory) with its
-    first attempt and the event; the caller writes them in the transaction that creates the
-    jobs, and the clusters are asked to dispatch once it commits. Other PENDING jobs of the
-    tenant are left to their own admission (a restart's, the control pass's)."""
-    from apps.jobs.tasks import request_dispatch  # tasks import this module
-
+    first attempt and the event; the caller writes them with the jobs, then asks the
+    clusters to dispatch. Other PENDING jobs of the tenant are left to their own admission
+    (a restart's, the control pass's)."""
     attempts, _ = attempts_build(jobs=jobs, previous={})  # first attempts: no checkpoint yet
     events = [
         transition_in_memory(job=job, to=State.QUEUED, reason="admitted", attempt=attempt)
         for job, attempt in zip(jobs, attempts, strict=True)
     ]
-    for cluster_id in {job.cluster_id for job in jobs}:
-        transaction.on_commit(lambda c=cluster_id: request_dispatch(c))
     return attempts, events

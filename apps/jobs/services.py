@@ -14,6 +14,7 @@ from apps.compute.placement import candidate_clusters, choose_placement
 from apps.core.actor import Actor
 from apps.core.bulk import bulk_update
 from apps.core.exceptions import Conflict
+from apps.core.statements import insert_together
 from apps.jobs import paths, submit_cache
 from apps.jobs.datasets import datasets_resolve
 from apps.jobs.inference import model_resolve
@@ -77,6 +78,11 @@ def events_record(*, events: list[JobEvent]) -> None:
     if not events:
         return
     JobEvent.objects.bulk_create(events)
+    events_announce(events=events)
+
+
+def events_announce(*, events: list[JobEvent]) -> None:
+    """Push saved state-change events to the jobs' live viewers once they are committed."""
     transaction.on_commit(lambda: publish_states(events=events))
 
 
@@ -106,13 +112,16 @@ def jobs_create(*, actor: Actor, items: list[tuple[Project, dict]]) -> list[Subm
     """Create many jobs at once (all or none) and admit them.
 
     A tenant without quotas has nothing that could hold a job: its jobs are written already
-    admitted, with their first attempts, in one transaction (admission.admit_submitted). A
-    tenant with quotas has its jobs committed PENDING first; admission then runs in its own
-    short transaction (one pass per tenant), so the tenant's admission lock is never held
-    while rows are written. Placements and whether a tenant has quotas come from the web
-    process's cache while nothing they depend on has changed (apps/jobs/submit_cache.py).
+    admitted, with their first attempts, events and audit rows, in one statement
+    (admission.admit_submitted; apps/core/statements.py), and its clusters are asked to
+    dispatch once that is committed. A tenant with quotas has its jobs written PENDING
+    first; admission then runs in its own short transaction (one pass per tenant), so the
+    tenant's admission lock is never held while rows are written. Placements and whether a
+    tenant has quotas come from the web process's cache while nothing they depend on has
+    changed (apps/jobs/submit_cache.py).
     """
     from apps.jobs.admission import admit_submitted, admit_tenant  # admission imports us
+    from apps.jobs.tasks import request_dispatch  # tasks import this module
 
     for project in {project.pk: project for project, _ in items}.values():
         authorize(
@@ -155,28 +164,29 @@ def jobs_create(*, actor: Actor, items: list[tuple[Project, dict]]) -> list[Subm
         )
     }
     at_once = [job for job in jobs if job.tenant_id not in limited]
-    with transaction.atomic():
-        events = {  # the tenant's live jobs lists show a new job at once
-            job.pk: [JobEvent(job=job, to_state=State.PENDING, reason="submitted")] for job in jobs
-        }
-        attempts, admitted = admit_submitted(jobs=at_once) if at_once else ([], [])
-        Job.objects.bulk_create(jobs)
-        JobAttempt.objects.bulk_create(attempts)
-        for event in admitted:
-            events[event.job_id].append(event)
-        events_record(events=[event for job in jobs for event in events[job.pk]])
-        AuditEvent.objects.bulk_create(
-            [
-                audit_event(
-                    actor=actor,
-                    tenant_id=job.tenant_id,
-                    action="job.create",
-                    target=job,
-                    changes={"name": [None, job.name], "project": [None, job.project.slug]},
-                )
-                for job in jobs
-            ]
+    events = {  # the tenant's live jobs lists show a new job at once
+        job.pk: [JobEvent(job=job, to_state=State.PENDING, reason="submitted")] for job in jobs
+    }
+    attempts, admitted = admit_submitted(jobs=at_once) if at_once else ([], [])
+    for event in admitted:
+        events[event.job_id].append(event)
+    written = [event for job in jobs for event in events[job.pk]]
+    audits = [
+        audit_event(
+            actor=actor,
+            tenant_id=job.tenant_id,
+            action="job.create",
+            target=job,
+            changes={"name": [None, job.name], "project": [None, job.project.slug]},
         )
+        for job in jobs
+    ]
+    insert_together(  # one statement: every row or none
+        (Job, jobs), (JobAttempt, attempts), (JobEvent, written), (AuditEvent, audits)
+    )
+    events_announce(events=written)
+    for cluster_id in {job.cluster_id for job in at_once}:
+        transaction.on_commit(lambda c=cluster_id: request_dispatch(c))
     for tenant_id in limited:
         admit_tenant(tenant_id=tenant_id)
     by_id = (  # none without quotas (in_bulk([]) reads nothing)
