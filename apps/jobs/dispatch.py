@@ -9,6 +9,7 @@ the cluster never got it.
 
 import base64
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
@@ -32,6 +33,9 @@ from apps.jobs.states import State
 
 logger = logging.getLogger(__name__)
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# how long a run of dispatch passes reuses an identity it prepared (its account, groups,
+# association and project tree): a burst's passes prepare each (user, project) once
+IDENTITY_REUSE_SECONDS = 30.0
 
 
 def _b64(value: str) -> str:
@@ -303,16 +307,27 @@ class _NotPrepared(Exception):
 _NOT_NOW = (DirectoryUnavailable, ClusterUnavailable, StorageError)
 
 
-def dispatch_cluster(*, cluster_id, limit: int = 500) -> int:
-    """Submit every dispatchable attempt of a cluster; the number submitted."""
+def dispatch_cluster(
+    *, cluster_id, limit: int = 500, identities: dict | None = None, recover: bool = True
+) -> int:
+    """Submit every dispatchable attempt of a cluster; the number submitted.
+
+    `identities`: kept by the caller across the passes of one run (apps/jobs/tasks.py), so
+    that a burst of submissions prepares each (user, project) once, not once a pass; one
+    prepared over IDENTITY_REUSE_SECONDS ago is prepared again. `recover`: adopt or release
+    what a dead dispatcher left SUBMITTING first (a run's first pass does)."""
     cluster = Cluster.objects.get(pk=cluster_id)
     backend = for_cluster(cluster)
-    try:
-        recover_submitting(cluster=cluster, backend=backend)
-    except ClusterUnavailable as exc:
-        logger.warning("cluster %s unavailable: %s", cluster.name, exc)
-        return 0
-    total, known, released = 0, {}, False
+    if recover:
+        try:
+            recover_submitting(cluster=cluster, backend=backend)
+        except ClusterUnavailable as exc:
+            logger.warning("cluster %s unavailable: %s", cluster.name, exc)
+            return 0
+    reused = {} if identities is None else identities
+    fresh_since = time.monotonic() - IDENTITY_REUSE_SECONDS
+    known = {key: identity for key, (identity, at) in reused.items() if at > fresh_since}
+    total, released = 0, False
     resources = accelerator_resources()
     while not released and (ids := claim(cluster=cluster, limit=limit)):
         attempts = list(
@@ -325,8 +340,9 @@ def dispatch_cluster(*, cluster_id, limit: int = 500) -> int:
             if key not in known:
                 try:
                     known[key] = prepare_identity(job=attempt.job, cluster=cluster, backend=backend)
+                    reused[key] = (known[key], time.monotonic())
                 except (IdentityError, SubmitRejected, *_NOT_NOW) as exc:
-                    known[key] = exc  # each of its attempts says so below
+                    known[key] = exc  # each of its attempts says so below (this pass only)
 
         def submit(attempt):
             """Prepare and submit one attempt (in a pool thread: one attempt's directories

@@ -49,14 +49,18 @@ def dispatch_cluster(cluster_id: str) -> int:
     served by the pass's holder right after it, not by its own task half a second later: the
     holder lets go of the lock, then looks for a request flag and runs again, so a request
     whose task found the lock held is served by the holder, and one made after the holder
-    looked finds the lock free."""
-    wanted, total = _wanted_key(cluster_id), 0
+    looked finds the lock free. The passes of one run recover orphans once, first, and share
+    the identities they prepare (dispatch.IDENTITY_REUSE_SECONDS)."""
+    wanted, total, identities, first = _wanted_key(cluster_id), 0, {}, True
     while True:
         with _ClusterLock("dispatch", cluster_id) as held:
             if not held:  # the holder serves this request after its pass
                 return total
             cache.delete(wanted)  # what is admitted from now on asks again
-            total += dispatch.dispatch_cluster(cluster_id=cluster_id)
+            total += dispatch.dispatch_cluster(
+                cluster_id=cluster_id, identities=identities, recover=first
+            )
+            first = False
         if cache.get(wanted) is None:
             return total
 

@@ -11,6 +11,7 @@ from django.urls import reverse
 
 from apps.compute.backends import for_cluster
 from apps.compute.backends.base import ClusterUnavailable
+from apps.identity.directory import DirectoryUnavailable
 from apps.identity.storage import project_root
 from apps.jobs import dispatch, paths, reconcile
 from apps.jobs.models import AttemptState, Job, JobAttempt
@@ -55,8 +56,8 @@ def test_a_dispatch_asked_for_during_a_pass_is_run_by_its_holder_at_once(
     (first,) = _queued(acme, 1, command=("true",))
     real_pass, later, nested = dispatch.dispatch_cluster, [], []
 
-    def pass_with_an_admission_during_it(*, cluster_id):
-        done = real_pass(cluster_id=cluster_id)
+    def pass_with_an_admission_during_it(*, cluster_id, **run):
+        done = real_pass(cluster_id=cluster_id, **run)
         if not later:  # the first pass: a job is admitted, its task runs while the lock is held
             later.extend(_queued(acme, 1, command=("true",)))
             nested.append(tasks.dispatch_cluster(str(cluster_id)))
@@ -67,6 +68,38 @@ def test_a_dispatch_asked_for_during_a_pass_is_run_by_its_holder_at_once(
     assert nested == [0]  # the held lock: that task left the request to the holder
     for job_id in (first, *later):
         attempt = JobAttempt.objects.get(job_id=job_id)
+        assert attempt.state == AttemptState.SUBMITTED
+        assert slurm_jobs_tagged(attempt.tag) == [attempt.backend_id]
+
+
+def test_the_passes_of_one_run_prepare_each_identity_once_while_it_is_fresh(
+    acme, slurm_cluster, monkeypatch
+):
+    real, prepared = dispatch.prepare_identity, []
+
+    def prepare_identity(**kwargs):
+        prepared.append(kwargs["job"].pk)
+        if len(prepared) == 1:
+            raise DirectoryUnavailable("the directory is away")  # not kept for a later pass
+        return real(**kwargs)
+
+    monkeypatch.setattr(dispatch, "prepare_identity", prepare_identity)
+    identities, ids = {}, _queued(acme, 2, command=("true",))
+
+    def run_pass(**run) -> None:
+        dispatch.dispatch_cluster(cluster_id=slurm_cluster.pk, identities=identities, **run)
+
+    run_pass()  # the identity fails: both attempts go back to the queue
+    assert len(prepared) == 1 and identities == {}
+    run_pass(recover=False)  # prepared, then kept
+    ids += _queued(acme, 2, command=("true",))
+    run_pass(recover=False)  # the same user and project: reused
+    assert len(prepared) == 2
+    monkeypatch.setattr(dispatch, "IDENTITY_REUSE_SECONDS", 0.0)
+    ids += _queued(acme, 1, command=("true",))
+    run_pass(recover=False)  # too old: prepared again
+    assert len(prepared) == 3
+    for attempt in JobAttempt.objects.filter(job_id__in=ids):
         assert attempt.state == AttemptState.SUBMITTED
         assert slurm_jobs_tagged(attempt.tag) == [attempt.backend_id]
 
