@@ -20,11 +20,11 @@ from django.utils import timezone
 from apps.compute.backends import for_cluster
 from apps.compute.backends.base import ClusterUnavailable, Submission, SubmitRejected
 from apps.compute.models import AcceleratorType, Cluster
-from apps.core.bulk import bulk_update
 from apps.identity.directory import DirectoryUnavailable
 from apps.identity.services import IdentityError, JobIdentity, job_identity
 from apps.identity.storage import StorageError, job_tree_ensure, project_tree_ensure
 from apps.jobs import cluster_limits, paths
+from apps.jobs import submitted as submitted_write
 from apps.jobs.datasets import attempt_datasets_prepare, plan_path
 from apps.jobs.inference import attempt_model_prepare, model_path, output_dir
 from apps.jobs.models import AttemptState, Job, JobAttempt, Kind
@@ -194,36 +194,16 @@ def mark_submitted(
 
 def mark_submitted_many(*, submitted: dict, adopted: bool = False, via: str = "cluster") -> None:
     """Record backend ids ({attempt id: backend id}) and move their jobs to SUBMITTED, in one
-    transaction whatever the number. `via`: the backend's display name, for the reason."""
-    from apps.jobs.services import TRANSITION_FIELDS, events_record, transition_in_memory
+    statement whatever the number (apps/jobs/submitted.py). `via`: the backend's display
+    name, for the reason."""
+    from apps.jobs.services import events_announce
 
     how = "adopted from the cluster" if adopted else "submitted"
-    now = timezone.now()
-    with transaction.atomic():
-        attempts = list(
-            JobAttempt.objects.select_for_update()
-            .filter(pk__in=list(submitted), state=AttemptState.SUBMITTING)
-            .order_by("pk")
+    reasons = {pk: f"{how} as {via} job {backend_id}" for pk, backend_id in submitted.items()}
+    if submitted:
+        events_announce(
+            events=submitted_write.record(reasons=reasons, backend_ids=submitted, at=timezone.now())
         )
-        jobs = Job.objects.select_for_update().in_bulk([a.job_id for a in attempts])
-        events, moved = [], []
-        for attempt in attempts:
-            attempt.state, attempt.backend_id = AttemptState.SUBMITTED, submitted[attempt.pk]
-            attempt.submitted_at = attempt.updated_at = now
-            job = jobs[attempt.job_id]
-            if job.state == State.QUEUED:
-                events.append(
-                    transition_in_memory(
-                        job=job,
-                        to=State.SUBMITTED,
-                        attempt=attempt,
-                        reason=f"{how} as {via} job {attempt.backend_id}",
-                    )
-                )
-                moved.append(job)
-        bulk_update(attempts, ["state", "backend_id", "submitted_at", "updated_at"])
-        bulk_update(moved, TRANSITION_FIELDS)
-        events_record(events=events)
 
 
 def mark_rejected(*, attempt_id, message: str) -> None:

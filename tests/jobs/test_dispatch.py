@@ -259,3 +259,52 @@ def test_a_directory_left_half_made_by_a_killed_dispatcher_is_finished(acme, slu
     dispatch.dispatch_cluster(cluster_id=slurm_cluster.pk)
     assert os.stat(job_dir).st_uid == identity.uid
     assert drive(job_id).state == "SUCCEEDED"
+
+
+def test_recording_a_pass_moves_each_claimed_job_once_and_announces_it(
+    acme, cluster, monkeypatch, django_assert_num_queries, django_capture_on_commit_callbacks
+):
+    """What a pass records after the cluster accepted its attempts: each attempt SUBMITTED
+    with its backend id, each job still QUEUED moved with its event, published to its live
+    viewers. A job cancelled meanwhile stays cancelled; an attempt not claimed is left."""
+    from apps.jobs import services
+
+    ids = [submit(acme.client(Role.MEMBER), acme.project, command=["true"])["id"] for _ in range(3)]
+    claimed = dispatch.claim(cluster=cluster, limit=2)
+    attempts = {a.pk: a for a in JobAttempt.objects.filter(pk__in=claimed)}
+    cancelled = next(iter(attempts.values())).job
+    Job.objects.filter(pk=cancelled.pk).update(state="CANCELLED")
+    published = []
+    monkeypatch.setattr(services, "publish_states", lambda *, events: published.extend(events))
+    accepted = {pk: f"{100 + n}" for n, pk in enumerate(attempts)}
+    with django_capture_on_commit_callbacks(execute=True), django_assert_num_queries(1):
+        dispatch.mark_submitted_many(submitted=accepted, via="Slurm")
+    for pk, backend_id in accepted.items():
+        attempt = JobAttempt.objects.select_related("job").get(pk=pk)
+        assert (attempt.state, attempt.backend_id) == ("SUBMITTED", backend_id)
+        assert attempt.submitted_at is not None
+        events = list(attempt.job.events.filter(to_state="SUBMITTED"))
+        if attempt.job_id == cancelled.pk:
+            assert attempt.job.state == "CANCELLED" and events == []
+            continue
+        reason = f"submitted as Slurm job {backend_id}"
+        assert (attempt.job.state, attempt.job.state_reason) == ("SUBMITTED", reason)
+        [event] = events
+        assert (event.from_state, event.attempt_id, event.reason) == ("QUEUED", pk, reason)
+        [sent] = published
+        assert (sent.pk, sent.job_id, sent.job.tenant_id, sent.job.project_id) == (
+            event.pk,
+            attempt.job_id,
+            acme.tenant.pk,
+            acme.project.pk,
+        )
+        assert (sent.attempt.number, sent.from_state, sent.to_state, sent.reason) == (
+            1,
+            "QUEUED",
+            "SUBMITTED",
+            reason,
+        )
+        assert sent.created_at == event.created_at
+    (left,) = set(ids) - {str(a.job_id) for a in attempts.values()}
+    assert Job.objects.get(pk=left).state == "QUEUED"
+    assert JobAttempt.objects.get(job_id=left).state == "QUEUED"
