@@ -41,6 +41,25 @@ def _publisher_loop() -> asyncio.AbstractEventLoop:
         return _publisher["loop"]
 
 
+async def _groups_with_members(layer, groups: list[str]) -> list[str]:
+    """The groups someone is in: one pipelined ZCARD per Redis host. channels_redis's
+    group_send costs two round trips even for an empty group, and a dispatch pass moves
+    hundreds of jobs that nobody watches. Another layer (in memory): every group."""
+    if not hasattr(layer, "_group_key"):
+        return groups
+    by_host: dict[int, list[str]] = {}
+    for group in groups:
+        by_host.setdefault(layer.consistent_hash(group), []).append(group)
+    watched = []
+    for index, names in by_host.items():
+        pipe = layer.connection(index).pipeline(transaction=False)
+        for group in names:
+            pipe.zcard(layer._group_key(group))
+        counts = await pipe.execute()
+        watched += [group for group, count in zip(names, counts, strict=True) if count]
+    return watched
+
+
 def _send(messages: list[tuple[str, dict]]) -> None:
     """group_send every (group, message) in one trip through the publishing loop: groups in
     parallel, each group's messages in order."""
@@ -57,7 +76,8 @@ def _send(messages: list[tuple[str, dict]]) -> None:
             await layer.group_send(group, message)
 
     async def send_all():
-        await asyncio.gather(*(send_in_order(g, batch) for g, batch in by_group.items()))
+        watched = await _groups_with_members(layer, list(by_group))
+        await asyncio.gather(*(send_in_order(g, by_group[g]) for g in watched))
 
     try:
         asyncio.run_coroutine_threadsafe(send_all(), _publisher_loop()).result(timeout=10)

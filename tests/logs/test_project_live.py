@@ -10,6 +10,7 @@ from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.db import transaction
 from django.urls import reverse
+from django.utils import timezone
 
 from apps.jobs.models import Job
 from apps.jobs.services import (
@@ -174,3 +175,34 @@ async def test_a_removed_member_is_disconnected(acme, jobs, settings):
         if output["type"] == "websocket.close":
             code = output.get("code")
     assert code in (CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED)
+
+
+def _zrange_calls() -> int:
+    """ZRANGE calls the Redis server has served: channels_redis reads a group's members with
+    one before every send to it."""
+    import redis
+    from django.conf import settings
+
+    stats = redis.Redis.from_url(settings.REDIS_URL).info("commandstats")
+    return stats.get("cmdstat_zrange", {}).get("calls", 0)
+
+
+async def test_a_publish_sends_only_to_the_groups_someone_is_in(acme, jobs):
+    """Fifty jobs move at once (a dispatch pass): the tenant's list, watched, gets them in one
+    message; the fifty job groups nobody watches cost no send of their own."""
+    from apps.jobs.models import JobEvent
+    from apps.logs.live import publish_states
+
+    ws = await _subscribed(acme.tenant.pk, acme.tokens[Role.VIEWER])
+    moved = [Job(id=uuid.uuid4(), tenant=acme.tenant, project=acme.project) for _ in range(50)]
+    events = [
+        JobEvent(job=job, from_state="QUEUED", to_state="SUBMITTED", created_at=timezone.now())
+        for job in moved
+    ]
+    before = await sync_to_async(_zrange_calls)()
+    await sync_to_async(publish_states)(events=events)
+    message = await ws.receive_json_from(timeout=5)
+    assert [c["job"] for c in message["changes"]] == [str(job.pk) for job in moved]
+    # the tenant's group's send (the receiving consumer's scripts may add one or two): not 51
+    assert await sync_to_async(_zrange_calls)() - before < 5
+    await ws.disconnect()
