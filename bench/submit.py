@@ -61,6 +61,7 @@ def log(msg: str) -> None:
 
 TENANT_SLUG, PROJECT_SLUG, OWNER, TOKEN_NAME = "bench", "submit", "bench-owner", "bench-submit"
 POLL_S = 0.05
+WARM_JOBS = 16  # per freshly started web server, before its timed run (warm_up)
 PASSES = 7  # reconcile passes measured per case; the least RPC count is reported (others
 # talking to the same slurmctld, e.g. a test suite's control loop, only ever add to it)
 SBATCH = shutil.which("sbatch") or "/usr/bin/sbatch"
@@ -384,6 +385,14 @@ def torus_phase(
     return out
 
 
+def warm_up(ctx, port: int) -> None:
+    """WARM_JOBS jobs through a freshly started web server and the worker before a timed run,
+    not counted: a platform serves researchers from warm processes, and a fresh process's
+    first requests and dispatch pass pay for imports, connections and caches once."""
+    run = torus_phase(ctx, port, WARM_JOBS, 8, "warm-up (not counted)")
+    finish_torus_jobs(ctx, run.pop("_job_ids"))
+
+
 def plain_http_ab(ctx, worker: Proc, logdir: Path, n: int, workers: int) -> dict:
     """One POST per job, 8 client threads, against uvicorn as configured (the submit route
     through Django's WSGI handler in a thread pool, apps/core/plain_http.py) and against one
@@ -392,6 +401,7 @@ def plain_http_ab(ctx, worker: Proc, logdir: Path, n: int, workers: int) -> dict
     for side in ("wsgi", "asgi", "asgi", "wsgi"):
         env = {"TORUS_PLAIN_HTTP_THREADS": "0"} if side == "asgi" else None
         web, port = start_web(logdir, workers=workers, name=f"web-ab-{side}", env=env)
+        warm_up(ctx, port)
         run = torus_phase(ctx, port, n, 8, f"plain HTTP A/B: {side}")
         finish_torus_jobs(ctx, run.pop("_job_ids"))
         web.stop()
@@ -740,7 +750,7 @@ def main() -> int:
             slug=TENANT_SLUG, project_slug=PROJECT_SLUG, owner=OWNER, token_name=TOKEN_NAME
         )
         clear_locks(ctx["cluster"].pk)
-        controller_room(12 * n + 160 + (n if args.py_spy else 0))
+        controller_room(12 * n + 160 + 7 * WARM_JOBS + (n if args.py_spy else 0))
         sweep_leftovers()
         finish_torus_jobs(ctx)
         worker = start_worker(logdir)
@@ -765,6 +775,7 @@ def main() -> int:
         runs = {}
         for workers in (1, 2):
             web, port = start_web(logdir, workers=workers)
+            warm_up(ctx, port)
             offset = worker.log_path.stat().st_size
             run = torus_phase(ctx, port, n, 8, f"torus (uvicorn --workers {workers}, 8 threads)")
             run["dispatch_tasks"] = dispatch_passes(worker, offset)
@@ -778,6 +789,7 @@ def main() -> int:
 
         # ---- Torus, 1 client thread (with the faster web), then the reconcile RPC phases
         web, port = start_web(logdir, workers=best)
+        warm_up(ctx, port)
         offset = worker.log_path.stat().st_size
         one = torus_phase(ctx, port, n, 1, f"torus (uvicorn --workers {best}, 1 thread)")
         one["dispatch_tasks"] = dispatch_passes(worker, offset)
