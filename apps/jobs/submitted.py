@@ -71,7 +71,15 @@ def record(*, reasons: dict, backend_ids: dict, at: datetime) -> list[JobEvent]:
     for event_id, job_id, tenant_id, project_id, attempt_id, number, reason in rows:
         job = Job(id=job_id, tenant_id=tenant_id, project_id=project_id, state=State.SUBMITTED)
         attempt = JobAttempt(id=attempt_id, job=job, number=number)
-        event = JobEvent(id=event_id, job=job, attempt=attempt, from_state=State.QUEUED)
-        event.to_state, event.reason, event.created_at = State.SUBMITTED, reason, at
-        events.append(event)
+        events.append(
+            JobEvent(
+                id=event_id,
+                job=job,
+                attempt=attempt,
+                from_state=State.QUEUED,
+                to_state=State.SUBMITTED,
+                reason=reason,
+                created_at=at,
+            )
+        )
     return events
