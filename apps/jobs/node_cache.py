@@ -19,12 +19,12 @@ from pathlib import Path
 
 from django.conf import settings
 
+from apps.compute.backends.stager import ID_RE
 from apps.compute.models import Cluster
 from apps.jobs.datasets import NODE_RE, STAGER
 
 logger = logging.getLogger(__name__)
 
-ID_LEN = 36
 PYTHON = "/usr/bin/python3"
 
 
@@ -83,7 +83,7 @@ def _versions(subtree: Path) -> list[tuple[float, str]]:
     return [
         (entry.stat(follow_symlinks=False).st_mtime, entry.name)
         for entry in entries
-        if entry.is_dir(follow_symlinks=False) and len(entry.name) == ID_LEN
+        if entry.is_dir(follow_symlinks=False) and ID_RE.match(entry.name)
     ]
 
 
