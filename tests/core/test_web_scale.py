@@ -4,10 +4,13 @@ requests reach both servers, and all of them still succeed after one is SIGKILLe
 works whichever server it lands on (Channels' Redis layer); `check --deploy` is clean."""
 
 import asyncio
+import http.client
 import json
 import os
+import select
 import subprocess
 import sys
+import time
 
 import httpx
 import pytest
@@ -62,6 +65,26 @@ def test_tls_at_the_proxy_both_servers_and_one_lost(stack, acme):
         after = [api.get("/api/v1/auth/me") for _ in range(30)]
         assert [r.status_code for r in after] == [200] * 30
         assert {r.headers["x-torus-server"] for r in after} == {"web2"}
+
+
+def test_an_idle_client_connection_is_kept_past_the_request_timeout(stack, acme):
+    """A pipeline that waits 12 s between submits (over HAProxy's 10 s request timeout) finds
+    its connection open: a proxy that closed it just as the POST went out would lose the
+    POST's answer, and a client may not send a POST twice."""
+    conn = http.client.HTTPSConnection("127.0.0.1", stack.https, context=stack.verify)
+    bearer = {"Authorization": f"Bearer {acme.tokens[Role.MEMBER]}"}
+    conn.request("GET", "/api/v1/auth/me", headers=bearer)
+    first = conn.getresponse()
+    first.read()
+    assert first.status == 200
+    sock = conn.sock
+    time.sleep(12)
+    closed = select.select([sock], [], [], 0)[0]  # readable at rest: the proxy's EOF
+    assert not closed, "the proxy closed an idle keep-alive connection after under 12 s"
+    conn.request("GET", "/api/v1/auth/me", headers=bearer)
+    again = conn.getresponse()
+    assert again.status == 200 and conn.sock is sock
+    conn.close()
 
 
 def test_a_websocket_works_on_either_server(stack, acme, cluster, tmp_path):
