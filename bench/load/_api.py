@@ -78,7 +78,9 @@ def demo() -> dict:
 
 
 class ApiError(RuntimeError):
-    pass
+    def __init__(self, message: str, *, status: int):
+        super().__init__(message)
+        self.status = status
 
 
 def call(token: str, method: str, path: str, body: dict | None = None, timeout: float = 30.0):
@@ -93,7 +95,8 @@ def call(token: str, method: str, path: str, body: dict | None = None, timeout: 
         with urllib.request.urlopen(request, timeout=timeout, context=ssl_context()) as response:  # noqa: S310
             raw = response.read()
     except urllib.error.HTTPError as exc:
-        raise ApiError(f"{method} {path}: {exc.code} {exc.read()[:300]!r}") from exc
+        detail = f"{method} {path}: {exc.code} {exc.read()[:300]!r}"
+        raise ApiError(detail, status=exc.code) from exc
     return json.loads(raw) if raw else None
 
 
@@ -197,7 +200,7 @@ def cleanup(context: dict, timeout: float = 180.0) -> dict:
     """Cancel every unfinished job of the run; wait until all are terminal; count them."""
     run_id = context["run_id"]
     label = f"{RUN_LABEL}={run_id}"
-    cancelled = 0
+    cancelled = ended_meanwhile = 0
     cancel_errors: list[str] = []
     for tenant in context["tenants"]:
         owner = tenant["tokens"]["owner"]
@@ -205,8 +208,11 @@ def cleanup(context: dict, timeout: float = 180.0) -> dict:
             try:
                 call(owner, "POST", f"/api/v1/jobs/{job['id']}/cancel/", {})
                 cancelled += 1
-            except ApiError as exc:  # finished meanwhile: a 409
-                cancel_errors.append(str(exc)[:200])
+            except ApiError as exc:
+                if exc.status == 409:  # it ended between the listing and the cancel
+                    ended_meanwhile += 1
+                else:
+                    cancel_errors.append(str(exc)[:200])
     deadline = time.monotonic() + timeout
     while True:
         left = sum(
@@ -227,6 +233,7 @@ def cleanup(context: dict, timeout: float = 180.0) -> dict:
         "by_tenant": by_tenant,
         "by_state": dict(sorted(by_state.items())),
         "cancelled_at_end": cancelled,
+        "ended_before_the_cancel": ended_meanwhile,
         "cancel_errors": cancel_errors[:10],
         "unfinished_after_cleanup": left,
     }

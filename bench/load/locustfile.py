@@ -132,7 +132,7 @@ class _TorusUser(FastHttpUser):
             path, params=params or None, headers=self._headers(), name=name, catch_response=True
         ) as response:
             if response.status_code != 200:
-                response.failure(f"{response.status_code}: {(response.text or '')[:200]}")
+                response.failure(_why(response))
                 return None
             try:
                 return response.json()
@@ -153,10 +153,17 @@ class _TorusUser(FastHttpUser):
             "/api/v1/jobs/", json=spec, headers=self._headers(), name=SUBMIT, catch_response=True
         ) as response:
             if response.status_code != 201:
-                response.failure(f"{response.status_code}: {(response.text or '')[:200]}")
+                response.failure(_why(response))
                 return None
             SUBMITTED[who] += 1
             return response.json()
+
+
+def _why(response) -> str:
+    """A failed request's status and body, or (status 0: no response) the client's error."""
+    if response.status_code == 0:
+        return f"0: {response.error!r}"
+    return f"{response.status_code}: {(response.text or '')[:200]}"
 
 
 def _ssl_context():
