@@ -471,6 +471,9 @@ class Bench:
             ):
                 try:
                     delete()
+                except client.exceptions.ApiException as exc:
+                    if exc.status != 404:  # 404: the phase that makes it did not run
+                        log(f"cleanup: {exc.status} {exc.reason}: {exc.body}")
                 except Exception as exc:  # best effort, logged
                     log(f"cleanup: {exc}")
 
