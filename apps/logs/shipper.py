@@ -47,9 +47,10 @@ class PassStats:
 
 
 def _active_attempts(*, shards: ShardLeases | None):
-    """(attempt, stream) pairs whose output may still grow or is not fully shipped yet, of
-    the shards this shipper holds (all of them without `shards`); a partial index keeps this
-    one short query however many attempts have finished."""
+    """(attempt, stream, its cursor or None) for the streams whose output may still grow or
+    is not fully shipped yet, of the shards this shipper holds (all of them without
+    `shards`); a partial index keeps this one short query however many attempts have
+    finished, and one more reads every cursor of them."""
     recent = timezone.now() - timedelta(hours=settings.TORUS_SHIPPER_RECENT_HOURS)
     attempts = list(
         JobAttempt.objects.filter(logs_shipped=False, created_at__gte=recent)
@@ -57,11 +58,8 @@ def _active_attempts(*, shards: ShardLeases | None):
         .select_related("job__tenant", "job__cluster")
         .order_by()
     )
-    done = set(
-        LogCursor.objects.filter(complete=True, attempt__in=attempts).values_list(
-            "attempt_id", "stream"
-        )
-    )
+    cursors = {(c.attempt_id, c.stream): c for c in LogCursor.objects.filter(attempt__in=attempts)}
+    done = {key for key, cursor in cursors.items() if cursor.complete}
     # Both streams complete but the attempt not marked: a shipper SIGKILLed between the last
     # cursor and the mark (_stream_shipped). Nothing is left to ship; mark it, or every pass
     # would list it for ever and nothing would say its logs are all in.
@@ -73,12 +71,14 @@ def _active_attempts(*, shards: ShardLeases | None):
             continue  # (refresh: a long pass keeps its leases, and drops those it lost)
         for stream in STREAMS:
             if (attempt.pk, stream) not in done:
-                yield attempt, stream
+                yield attempt, stream, cursors.get((attempt.pk, stream))
 
 
-def ship_stream(attempt: JobAttempt, stream: str) -> int:
-    """Ship what is new in one stream; the number of documents acknowledged."""
-    cursor, _ = LogCursor.objects.get_or_create(attempt=attempt, stream=stream)
+def ship_stream(attempt: JobAttempt, stream: str, *, cursor: LogCursor | None = None) -> int:
+    """Ship what is new in one stream; the number of documents acknowledged. `cursor`: the
+    stream's, as the pass read it (else read or made here)."""
+    if cursor is None:
+        cursor, _ = LogCursor.objects.get_or_create(attempt=attempt, stream=stream)
     if cursor.complete:
         return 0
     ended = attempt.state in ATTEMPT_ENDED
@@ -280,14 +280,20 @@ def _store_metrics(points: list[Point]) -> None:
 def _advance(
     cursor: LogCursor, *, offset: int, skipping: bool, lines: int, complete: bool = False
 ) -> bool:
-    """Move the cursor from where it was read to `offset`; False (nothing written) when
-    another shipper moved it meanwhile (its shard's lease passed while this one was paused)."""
+    """Move the cursor from where it was read to `offset` (the object too); False (nothing
+    written) when another shipper moved it meanwhile (its shard's lease passed while this
+    one was paused). Nothing new (an idle stream, ten passes a second) writes nothing."""
+    new = (offset, skipping, cursor.lines + lines, complete)
+    if new == (cursor.offset, cursor.skipping, cursor.lines, cursor.complete):
+        return True
     moved = LogCursor.objects.filter(
         pk=cursor.pk, offset=cursor.offset, skipping=cursor.skipping, complete=False
     ).update(offset=offset, skipping=skipping, lines=cursor.lines + lines, complete=complete)
     if not moved:
         logger.info("cursor %s was moved by another shipper; leaving it", cursor.pk)
-    return bool(moved)
+        return False
+    cursor.offset, cursor.skipping, cursor.lines, cursor.complete = new
+    return True
 
 
 _unreadable: set = set()  # (attempt, stream) already reported, once per process
@@ -295,10 +301,10 @@ _unreadable: set = set()  # (attempt, stream) already reported, once per process
 
 def ship_pass(*, shards: ShardLeases | None = None) -> PassStats:
     stats = PassStats()
-    for attempt, stream in _active_attempts(shards=shards):
+    for attempt, stream, cursor in _active_attempts(shards=shards):
         try:
             for _ in range(settings.TORUS_SHIPPER_READS_PER_PASS):  # no stream starves others
-                shipped = ship_stream(attempt, stream)
+                shipped = ship_stream(attempt, stream, cursor=cursor)
                 stats.documents += shipped
                 if shipped == 0:
                     break

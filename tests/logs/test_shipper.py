@@ -14,6 +14,7 @@ import pytest
 from apps.jobs.models import JobAttempt
 from apps.logs.models import LogCursor
 from apps.logs.shipper import ship_pass
+from tests.factories import make_running_attempt
 from tests.logs.conftest import count
 from tests.stack import portal_env
 
@@ -53,6 +54,27 @@ def test_every_line_once_with_deterministic_ids(es, attempt):
     assert doc["tenant"] == str(attempt.job.tenant_id) and doc["node"] == "n1"
     cursor = LogCursor.objects.get(attempt=attempt, stream="stdout")
     assert cursor.offset == Path(attempt.stdout_path).stat().st_size and cursor.lines == 500
+
+
+def test_a_pass_with_nothing_new_is_two_statements_however_many_streams(
+    es, acme, cluster, tmp_path, django_assert_num_queries
+):
+    """Ten passes a second over the running attempts: one that finds nothing new reads the
+    attempts and their cursors and writes nothing (it used to read and rewrite every
+    stream's cursor), and a later line is still shipped once."""
+    attempts = [
+        make_running_attempt(world=acme, cluster=cluster, directory=tmp_path, stem=f"{i}-")
+        for i in range(4)
+    ]
+    for attempt in attempts:
+        write(attempt, b"first\n")
+    assert ship_pass().documents == 4
+    with django_assert_num_queries(2):
+        assert ship_pass().documents == 0
+    write(attempts[0], b"second\n", "stderr")
+    assert ship_pass().documents == 1
+    assert [count(attempt=attempt) for attempt in attempts] == [2, 1, 1, 1]
+    assert LogCursor.objects.get(attempt=attempts[0], stream="stderr").lines == 1
 
 
 def test_a_partial_line_waits_for_its_newline_or_the_end(es, attempt):
@@ -207,7 +229,9 @@ def test_a_job_deleted_while_its_logs_ship_does_not_stop_the_shipper(es, attempt
     held = JobAttempt.objects.select_related("job__tenant").get(pk=attempt.pk)
     attempt.job.delete()  # the pass still holds the attempt it read before
     monkeypatch.setattr(
-        shipper, "_active_attempts", lambda **_: iter([(held, "stdout"), (held, "stderr")])
+        shipper,
+        "_active_attempts",
+        lambda **_: iter([(held, "stdout", None), (held, "stderr", None)]),
     )
     assert ship_pass().streams == 0  # no IntegrityError out of the pass
     assert not LogCursor.objects.filter(attempt_id=attempt.pk).exists()
