@@ -302,7 +302,7 @@ class Bench:
         return Submission(
             tag=f"torus:{uuid.uuid4()}",
             name=f"bench-{phase}-{i}",
-            environment={"TORUS_ARGV_B64": "dHJ1ZQ==", "TORUS_LAUNCHER": "none"},
+            environment={"TORUS_ARGV": "true", "TORUS_LAUNCHER": "none"},
             nodes=1,
             tasks_per_node=1,
             cpus_per_task=1,

@@ -17,6 +17,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from apps.compute.backends import argv as launcher_argv
 from apps.compute.backends import for_cluster
 from apps.compute.backends.base import ClusterUnavailable, Submission, SubmitRejected
 from apps.compute.models import AcceleratorType, Cluster
@@ -130,7 +131,7 @@ def build_submission(
 
         environment.update(serve_environment(job=job))
     if "argv" in command:
-        environment["TORUS_ARGV_B64"] = " ".join(_b64(arg) for arg in command["argv"])
+        environment["TORUS_ARGV"] = launcher_argv.encode(command["argv"])
     else:
         environment["TORUS_SCRIPT_B64"] = _b64(command["script"])
     return Submission(

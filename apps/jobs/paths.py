@@ -2,6 +2,7 @@
 (the layout: apps/identity/storage.py)."""
 
 import os
+import time
 from pathlib import Path
 
 from apps.identity.storage import project_root
@@ -26,18 +27,25 @@ def exit_file(job, number: int) -> Path:
 
 def exit_status(job, number: int) -> int | None:
     """The exit status the attempt's launcher left, or None (not ended, or not written). The
-    file is the job's user's: a link is not followed, and only a small number is read."""
-    try:
-        fd = os.open(exit_file(job, number), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        text = os.read(fd, 16).decode("ascii", "replace").strip()
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    return int(text) if text.isdigit() and int(text) < 256 else None
+    launcher writes it in one write, its newline last: a status without one is being written
+    (read again once, shortly) or was cut off. The file is the job's user's: a link is not
+    followed, and only a small number is read."""
+    for pause in (0.0, 0.05):
+        time.sleep(pause)
+        try:
+            fd = os.open(exit_file(job, number), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            return None
+        try:
+            raw = os.read(fd, 16)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        if raw.endswith(b"\n"):
+            text = raw.decode("ascii", "replace").strip()
+            return int(text) if text.isdigit() and int(text) < 256 else None
+    return None
 
 
 def latest_checkpoint(directory: str) -> str:

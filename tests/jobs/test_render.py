@@ -9,6 +9,7 @@ import base64
 import dataclasses
 import json
 import re
+import subprocess
 import uuid
 
 import pytest
@@ -102,8 +103,17 @@ def _submission(spec: dict):
     return attempt, build_submission(attempt, Cluster(name="c", config={}), IDENTITY)
 
 
+# the launcher's own line that turns TORUS_ARGV back into words
+ARGV_LOOP = next(line.strip() for line in LAUNCHER.splitlines() if "in $TORUS_ARGV;" in line)
+
+
 def _decode(words: str) -> list[str]:
-    return [base64.b64decode(w).decode() for w in words.split(" ")] if words else []
+    """TORUS_ARGV as the launcher's line rebuilds it, run by bash."""
+    script = f'set -euo pipefail; args=(); {ARGV_LOOP}; printf "%s\\0" "${{args[@]}}"'
+    done = subprocess.run(
+        ["/bin/bash", "-c", script], env={"TORUS_ARGV": words}, capture_output=True, check=True
+    )
+    return done.stdout.decode().split("\0")[:-1]
 
 
 @settings(max_examples=300, deadline=None)
@@ -143,7 +153,8 @@ def test_rendered_request_carries_user_values_only_as_data(argv, env, name, labe
     environment = job["environment"]
     for key, value in env.items():
         assert environment[key] == value
-    assert _decode(environment["TORUS_ARGV_B64"]) == argv
+    assert re.fullmatch(r"[A-Za-z0-9_./:=@+,\\ -]+", environment["TORUS_ARGV"])  # no syntax
+    assert _decode(environment["TORUS_ARGV"]) == argv
     assert job["nodes"] == [2, 2] and job["gres"] == "gpu:1" and job["requeue"] is False
 
     argv_out = sbatch_argv(submission)

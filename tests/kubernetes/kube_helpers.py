@@ -125,7 +125,7 @@ def submission(*, tenant: str, project: str, job_root: str, **overrides) -> Subm
     base = dict(
         tag=f"torus:{uuid.uuid4()}",
         name="train",
-        environment={"TORUS_ARGV_B64": "dHJ1ZQ==", "TORUS_LAUNCHER": "none"},
+        environment={"TORUS_ARGV": "true", "TORUS_LAUNCHER": "none"},
         nodes=1,
         tasks_per_node=1,
         cpus_per_task=1,

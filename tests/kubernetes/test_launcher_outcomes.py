@@ -7,6 +7,7 @@ import subprocess
 
 import pytest
 
+from apps.compute.backends import argv as launcher_argv
 from apps.compute.backends.kubernetes import outcomes, pending
 from apps.compute.backends.kubernetes.manifests import LAUNCHER
 
@@ -44,7 +45,7 @@ def test_ranks_from_the_completion_index_and_argv_as_data():
             "TORUS_MASTER_ADDR": "t-1-0.t-1.torus-acme.svc",
             "TORUS_MASTER_PORT": "23456",
             "TORUS_LAUNCHER": "none",
-            "TORUS_ARGV_B64": " ".join(b64(w) for w in argv),
+            "TORUS_ARGV": launcher_argv.encode(argv),
         }
     )
     assert [(r["RANK"], r["LOCAL_RANK"], r["NODE_RANK"]) for r in ranks] == [
@@ -82,7 +83,7 @@ def test_datasets_from_the_stager_next_to_the_plan(tmp_path):
             "HOSTNAME": "t-1-0-abcde",
             "TORUS_DATASETS_PLAN": str(plan),
             "TORUS_LAUNCHER": "none",
-            "TORUS_ARGV_B64": " ".join(b64(w) for w in ["python3", "-c", show]),
+            "TORUS_ARGV": launcher_argv.encode(["python3", "-c", show]),
         }
     )
     assert found["TORUS_DATASET_TRAIN"] == "/t/acme/vision/datasets/imgs/1"

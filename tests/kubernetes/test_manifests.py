@@ -24,7 +24,7 @@ def submission(**overrides) -> Submission:
     base = dict(
         tag=f"torus:{uuid.uuid4()}",
         name="train",
-        environment={"TORUS_ARGV_B64": "cHl0aG9u", "TORUS_LAUNCHER": "none"},
+        environment={"TORUS_ARGV": "python", "TORUS_LAUNCHER": "none"},
         nodes=1,
         tasks_per_node=1,
         cpus_per_task=2,

@@ -31,7 +31,7 @@ if [[ -n "${TORUS_DATASETS_PLAN:-}" ]]; then
   fi
 fi
 
-# Run inside every task: rebuild the argv from base64 words (data, never evaluated), set the
+# Run inside every task: rebuild the argv from its words (data, never evaluated: argv.py), set the
 # rank variables from Slurm's, then exec the program.
 read -r -d '' TORUS_TASK_SH <<'TASK' || true
 set -euo pipefail
@@ -40,7 +40,7 @@ args=()
 if [[ -n "${TORUS_SCRIPT_B64:-}" ]]; then
   args=(bash -c "$(decode "$TORUS_SCRIPT_B64")" torus-script)
 else
-  for word in $TORUS_ARGV_B64; do args+=("$(decode "$word")"); done
+  for word in $TORUS_ARGV; do printf -v word '%b' "$word"; args+=("$word"); done
 fi
 if [[ -n "${TORUS_DATASETS_PLAN:-}" ]]; then
   while IFS= read -r line; do
@@ -63,6 +63,7 @@ esac
 exec "${args[@]}"
 TASK
 export TORUS_TASK_SH
+task() ( eval "$TORUS_TASK_SH" )  # the same in a subshell of this one: cheaper than a new bash
 
 # Run the program and leave its exit status in TORUS_EXIT_FILE: a controller that loses the
 # job's end (slurmctld SIGKILLed before it saved it) cannot make the platform run it again
@@ -70,9 +71,8 @@ export TORUS_TASK_SH
 ended() {
   local status=0
   "$@" || status=$?
-  if [[ -n "${TORUS_EXIT_FILE:-}" ]]; then  # written whole, then renamed: never half a number
-    { printf '%s\n' "$status" >"$TORUS_EXIT_FILE.new" &&
-      mv -f "$TORUS_EXIT_FILE.new" "$TORUS_EXIT_FILE"; } || true
+  if [[ -n "${TORUS_EXIT_FILE:-}" ]]; then  # one write, its newline last: only a status that
+    printf '%s\n' "$status" >"$TORUS_EXIT_FILE" || true  # ends in one is read (paths.py)
   fi
   if ((status > 128 && status < 160)); then
     trap - "$((status - 128))" 2>/dev/null || true
@@ -89,7 +89,7 @@ case "$TORUS_LAUNCHER" in
     ended mpirun -np "$WORLD_SIZE" bash -c "$TORUS_TASK_SH" ;;
   *)
     if [[ "$WORLD_SIZE" == 1 ]]; then  # one process: it runs in the batch step itself
-      ended bash -c "$TORUS_TASK_SH"
+      ended task
     fi
     ended srun --kill-on-bad-exit=1 --export=ALL --ntasks="$WORLD_SIZE" \
       --ntasks-per-node="$TORUS_TASKS_PER_NODE" bash -c "$TORUS_TASK_SH" ;;

@@ -37,7 +37,7 @@ args=()
 if [[ -n "${TORUS_SCRIPT_B64:-}" ]]; then
   args=(bash -c "$(decode "$TORUS_SCRIPT_B64")" torus-script)
 else
-  for word in $TORUS_ARGV_B64; do args+=("$(decode "$word")"); done
+  for word in $TORUS_ARGV; do printf -v word '%b' "$word"; args+=("$word"); done
 fi
 
 case "${TORUS_LAUNCHER:-none}" in
