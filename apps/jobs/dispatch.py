@@ -161,6 +161,7 @@ def build_submission(
         accelerator_resource=(resources or {}).get(r["accelerator"], ""),
         labels=submission_labels(job=job, attempt=attempt),
         nice=cluster_nice(job=job, cluster=cluster),
+        kind=job.kind,
     )
 
 

@@ -30,15 +30,23 @@ from apps.serving.models import Deployment, Replica, ReplicaState
 
 logger = logging.getLogger(__name__)
 
-# $1 engine, $2 model file, $3 slots, $4 context per slot, $5 KV-cache type, $6 model alias
+# $1 engine, $2 model file, $3 slots, $4 context per slot, $5 KV-cache type, $6 model alias,
+# $7 CPUs (Slurm's count of the allocation wins).
+# Where the cluster says where the engine lies and listens (Kubernetes: the serving image's
+# engine, the pod's IP and a fixed port: apps/compute/backends/kubernetes/manifests.serving),
+# TORUS_SERVE_* set them; otherwise the node's engine on a free loopback port.
 SERVE_SCRIPT = r"""set -euo pipefail
-port=$(python3 -I -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
+host=${TORUS_SERVE_HOST:-127.0.0.1}
+port=${TORUS_SERVE_PORT:-}
+if [[ -z "$port" ]]; then
+  port=$(python3 -I -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
 print(s.getsockname()[1])')
-printf '{"host": "127.0.0.1", "port": %d}\n' "$port" > "$HOME/serve.json.tmp"
+fi
+printf '{"host": "%s", "port": %d}\n' "$host" "$port" > "$HOME/serve.json.tmp"
 mv -f "$HOME/serve.json.tmp" "$HOME/serve.json"
-exec "$1" --model "$2" --alias "$6" --host 127.0.0.1 --port "$port" \
+exec "${TORUS_SERVE_ENGINE:-$1}" --model "$2" --alias "$6" --host "$host" --port "$port" \
   --parallel "$3" --ctx-size $(( $3 * $4 )) --cache-type-k "$5" --cache-type-v "$5" \
-  --threads "${SLURM_CPUS_PER_TASK:-1}" --metrics --no-webui
+  --threads "${SLURM_CPUS_PER_TASK:-$7}" --metrics --no-webui
 """
 INFO_FILE = "serve.json"
 INFO_MAX_BYTES = 4096
@@ -75,6 +83,7 @@ def replica_spec(*, deployment: Deployment, version) -> dict:
         str(deployment.context),
         deployment.kv_cache_type,
         f"{version.model.name}:{version.number}",
+        str(deployment.cpus),
     ]
     resources = {
         "nodes": 1,
@@ -174,7 +183,8 @@ def serve_environment(*, job: Job) -> dict[str, str]:
 def read_endpoint(*, job: Job) -> tuple[str, int] | None:
     """(host, port) the replica's job wrote to serve.json; None if absent or malformed. The
     job's user wrote the file: it is opened without following links, must be a small regular
-    file, and only a loopback host with a port number is taken from it."""
+    file, and is taken only if its host is the one the cluster reports for the replica
+    (serve_host: the node's loopback on Slurm, the pod's IP on Kubernetes), with a port number."""
     path = Path(paths.job_dir(job)) / INFO_FILE
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -192,9 +202,24 @@ def read_endpoint(*, job: Job) -> tuple[str, int] | None:
     if not isinstance(data, dict):
         return None
     host, port = data.get("host"), data.get("port")
-    if host != "127.0.0.1" or not isinstance(port, int) or not 1024 <= port <= 65535:
+    if not isinstance(port, int) or not 1024 <= port <= 65535:
+        return None
+    if not isinstance(host, str) or not host or host != _serve_host(job):
         return None
     return host, port
+
+
+def _serve_host(job: Job) -> str | None:
+    from apps.compute.backends import for_cluster
+    from apps.compute.backends.base import ClusterUnavailable
+
+    attempt = job.attempts.order_by("-number").first()
+    if attempt is None or job.cluster is None:
+        return None
+    try:
+        return for_cluster(job.cluster).serve_host(attempt.tag)
+    except ClusterUnavailable:
+        return None
 
 
 def log_tail(*, job: Job, lines: int = 4, max_bytes: int = 2048) -> str:

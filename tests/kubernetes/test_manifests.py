@@ -233,6 +233,34 @@ def test_settings_refuse_bad_config():
     }
 
 
+def test_a_replica_runs_the_clusters_serving_image_listening_on_its_pods_ip():
+    sub = submission(kind="serve", image="")
+    with pytest.raises(SubmitRejected, match="serving_image"):
+        job_of(sub)  # a cluster without a serving image runs no deployments
+    serving = replace(SETTINGS, serving_image="example.org/llama-server:1", serving_engine="/app/s")
+    container = pod_spec(job_of(sub, serving))["containers"][0]
+    assert container["image"] == "example.org/llama-server:1"
+    env = {e["name"]: e for e in container["env"]}
+    assert env["TORUS_SERVE_ENGINE"]["value"] == "/app/s"
+    assert env["TORUS_SERVE_PORT"]["value"] == "8080"
+    assert env["TORUS_SERVE_HOST"] == {
+        "name": "TORUS_SERVE_HOST",
+        "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
+    }
+    assert container["securityContext"]["runAsUser"] == 20001  # as any job: never root
+    # an ordinary job on the same cluster keeps its own image and gets none of these
+    other = pod_spec(job_of(submission(), serving))["containers"][0]
+    assert other["image"] == "registry.example.com/team/train:1.0"
+    assert not {e["name"] for e in other["env"]} & {"TORUS_SERVE_HOST", "TORUS_SERVE_ENGINE"}
+    for config, field in (
+        ({"serving_image": "bad image"}, "serving_image"),
+        ({"serving_image": "ok:1", "serving_engine": "relative/path"}, "serving_engine"),
+        ({"serving_image": "ok:1", "serving_engine": "/a", "serving_port": 80}, "serving_port"),
+    ):
+        with pytest.raises(names.InvalidValue, match=field):
+            KubeSettings.from_config({"api_url": "https://x", **config})
+
+
 # -- fuzz: hostile text never adds an object or a field --------------------------------------
 
 ANY_TEXT = st.text(

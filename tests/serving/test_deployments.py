@@ -51,7 +51,7 @@ def test_bad_input_is_a_400_naming_the_field_and_nothing_is_written(acme, gguf_v
         ({"slots": 0}, "slots"),
         ({"context": 4}, "context"),
         ({"cluster": "nowhere"}, "cluster"),
-        ({"cluster": "pods"}, "cluster"),  # a Kubernetes cluster: not yet
+        ({"cluster": "pods"}, "cluster"),  # a Kubernetes cluster without a serving image
         ({"gpu_type": "a100;rm -rf /"}, "gpu_type"),
         ({"scale_to_zero_after_s": 1}, "scale_to_zero_after_s"),
         ({"max_request_bytes": 10}, "max_request_bytes"),
@@ -274,3 +274,40 @@ def test_a_deployed_model_cannot_be_deleted_until_its_deployment_is(acme, gguf_v
     assert "deployment tiny" in response.json()["error"]["message"]
     assert admin.delete(url(made["id"])).status_code == 204
     assert admin.delete(model_url).status_code == 204
+
+
+def test_a_replicas_serve_json_is_taken_only_at_the_host_its_cluster_reports(acme):
+    """The job's user writes serve.json: the platform takes its port only with the host the
+    cluster reports for the replica (Slurm: the node's loopback; a Kubernetes cluster: the
+    pod's IP, tests/serving/test_kubernetes_replicas.py), never a link or a large file."""
+    from apps.jobs import paths
+    from apps.jobs.models import JobAttempt
+    from apps.serving.replicas import read_endpoint
+    from tests.factories import make_job
+
+    job = make_job(
+        project=acme.project,
+        user=acme.users[Role.MEMBER],
+        state="RUNNING",
+        cluster=ClusterFactory(backend="slurm"),
+    )
+    JobAttempt.objects.create(job=job, number=1, state="RUNNING", nodes=["n1"])
+    info = paths.job_dir(job) / "serve.json"
+    info.parent.mkdir(parents=True)
+    for written, taken in [
+        ('{"host": "127.0.0.1", "port": 41000}', ("127.0.0.1", 41000)),
+        ('{"host": "10.9.8.7", "port": 41000}', None),  # not where the cluster runs it
+        ('{"host": "169.254.169.254", "port": 8080}', None),
+        ('{"port": 41000}', None),
+        ('{"host": "127.0.0.1", "port": 80}', None),
+        ('{"host": "127.0.0.1", "port": "41000"}', None),
+        ("[1, 2]", None),
+        ('{"host": "127.0.0.1", "port": 41000, "pad": "' + "x" * 5000 + '"}', None),
+    ]:
+        info.write_text(written)
+        assert read_endpoint(job=job) == taken, written
+    info.unlink()
+    target = info.parent / "elsewhere.json"
+    target.write_text('{"host": "127.0.0.1", "port": 41000}')
+    info.symlink_to(target)
+    assert read_endpoint(job=job) is None

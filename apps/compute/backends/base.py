@@ -54,6 +54,9 @@ class Submission:
     # Lowers the job's priority in the cluster's own queue (Slurm's nice; 0 leaves it): the
     # platform's size order (apps/jobs/priority.py cluster_nice). Never negative.
     nice: int = 0
+    # The job's kind (apps/jobs/models.Kind): a model deployment's replica ("serve") runs the
+    # cluster's serving engine where the cluster says how (Kubernetes: config.serving_image).
+    kind: str = "train"
 
 
 @dataclass
@@ -196,3 +199,8 @@ class Backend(Protocol):
 
     def log_source(self) -> LogSource:
         """Where this cluster's attempt output is read from."""
+
+    def serve_host(self, tag: str) -> str | None:
+        """The address the engine of a running replica (its attempt's tag) listens on, as the
+        cluster reports it (the replica's own serve.json must name the same); None while the
+        cluster has none."""

@@ -393,6 +393,10 @@ class SlurmBackend:
         """--output and --error files in the job's directory on the shared storage."""
         return FileLogSource()
 
+    def serve_host(self, tag: str) -> str | None:
+        """The local cluster's nodes share the portal's host: engines listen on its loopback."""
+        return "127.0.0.1"
+
     def ensure_association(self, *, user: str, account: str, parent: str) -> None:
         """Slurm accounts per tenant (`parent`, under root) and project (`account`), and the
         user's association with the project's: slurmdbd then accounts, limits and fair-shares

@@ -99,9 +99,14 @@ class DeploymentCreateSerializer(DeploymentLimitsMixin, StrictSerializer):
         cluster = Cluster.objects.filter(name=value).first()
         if cluster is None:
             raise serializers.ValidationError(f"No cluster named {value!r}.")
-        if cluster.backend != Backend.SLURM:  # the engine is installed in the nodes' shared root
+        # Slurm: the engine lies in the nodes' shared root; Kubernetes: in the cluster's
+        # serving image (apps/compute/backends/kubernetes/manifests.serving)
+        if cluster.backend == Backend.KUBERNETES and not (cluster.config or {}).get(
+            "serving_image"
+        ):
             raise serializers.ValidationError(
-                f"Cluster {value!r} runs jobs in containers; deployments run on Slurm clusters."
+                f"Cluster {value!r} has no serving image (config.serving_image): it runs no "
+                "deployments."
             )
         return cluster
 

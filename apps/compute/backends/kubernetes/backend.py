@@ -283,6 +283,12 @@ class KubernetesBackend:
     def log_source(self) -> "PodLogSource":
         return PodLogSource(self)
 
+    def serve_host(self, tag: str) -> str | None:
+        """The IP of the replica's pod, as the apiserver gave it to the watcher."""
+        record = self._records().get(tag) or {}
+        hosts = record.get("hosts") or []
+        return hosts[0] if hosts and hosts[0] else None
+
 
 class PodLogSource:
     """An attempt's output through the pod log API: stdout is rank 0's pod log (Kubernetes

@@ -270,6 +270,26 @@ def job_environment(*, submission: Submission, name: str, namespace: str) -> dic
     }
 
 
+def serving(*, settings: KubeSettings) -> tuple[str, list[dict]]:
+    """(image, env) of a model deployment's replica: the cluster's serving image, and where its
+    engine lies and listens (the pod's own IP, from the downward API; apps/serving/replicas.py
+    reads these)."""
+    if not settings.serving_image:
+        raise SubmitRejected(
+            "this cluster runs no model deployments (its config has no serving_image)"
+        )
+    env = names.environment(
+        {
+            "TORUS_SERVE_ENGINE": settings.serving_engine,
+            "TORUS_SERVE_PORT": str(settings.serving_port),
+        }
+    )
+    env.append(
+        {"name": "TORUS_SERVE_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+    )
+    return settings.serving_image, env
+
+
 def job(
     *, settings: KubeSettings, submission: Submission, pools: list[str] | None = None
 ) -> tuple[str, dict]:
@@ -285,6 +305,10 @@ def job(
     if s.time_limit_minutes < 1:
         raise names.InvalidValue("time_limit", "must be positive")
     image = names.image(s.image or settings.default_image, field="image")
+    environment = names.environment(job_environment(submission=s, name=name, namespace=ns))
+    if s.kind == "serve":
+        image, serving_env = serving(settings=settings)
+        environment += serving_env
     root = project_root(settings=settings, tenant=tenant, project=project)
     workdir = names.absolute_path(s.working_dir, field="working_dir")
     if not names.within(workdir, root):
@@ -315,7 +339,7 @@ def job(
                 "name": "main",
                 "image": image,
                 "command": ["/bin/bash", "-c", LAUNCHER, "torus-launcher"],
-                "env": names.environment(job_environment(submission=s, name=name, namespace=ns)),
+                "env": environment,
                 "workingDir": workdir,
                 "resources": {"requests": resources, "limits": resources},
                 "securityContext": container_security,

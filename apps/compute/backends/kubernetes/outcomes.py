@@ -105,6 +105,7 @@ def compact_pod(obj: dict) -> dict:
         "waiting": waiting,
         "start": status.get("startTime"),
         "end": terminated.get("finishedAt"),
+        "ip": status.get("podIP") or "",
     }
 
 
@@ -227,6 +228,7 @@ def summarise(
         "order": int(created.timestamp() * 1000) if created else 0,
         "tenant": job.get("tenant", ""),
         "pods": [p["name"] for p in pods],
+        "hosts": [p.get("ip", "") for p in pods if p["phase"] == "Running" and not p["deleting"]],
     }
 
 

@@ -28,6 +28,11 @@ class KubeSettings:
     ttl_seconds_after_finished: int = 3600
     kwok_delays: dict[str, str] = field(default_factory=dict)  # stage -> "3s" (tests only)
     timeout: float = 20.0
+    # Model deployments' replicas: the image that carries the engine, the engine's path in
+    # it, and the port it listens on at its pod's IP (none: deployments are refused here).
+    serving_image: str = ""
+    serving_engine: str = ""
+    serving_port: int = 8080
 
     @classmethod
     def from_config(cls, config: dict, *, job_root: str = "") -> "KubeSettings":
@@ -44,6 +49,14 @@ class KubeSettings:
         image = config.get("default_image") or ""
         if image:
             names.image(image, field="config.default_image")
+        serving_image = config.get("serving_image") or ""
+        serving_engine = config.get("serving_engine") or ""
+        if serving_image:
+            names.image(serving_image, field="config.serving_image")
+            names.absolute_path(serving_engine, field="config.serving_engine")
+        serving_port = config.get("serving_port", 8080)
+        if not isinstance(serving_port, int) or not 1024 <= serving_port <= 65535:
+            raise names.InvalidValue("config.serving_port", "a port number from 1024 to 65535")
         return cls(
             api_url=str(config["api_url"]).rstrip("/"),
             ca_file=str(config.get("ca_file") or ""),
@@ -67,4 +80,7 @@ class KubeSettings:
             ttl_seconds_after_finished=int(config.get("ttl_seconds_after_finished", 3600)),
             kwok_delays=delays,
             timeout=float(config.get("timeout", 20)),
+            serving_image=serving_image,
+            serving_engine=serving_engine,
+            serving_port=serving_port,
         )
