@@ -5,10 +5,12 @@ same run, at 1, 4 and 16 concurrent clients; and a cold start from zero replicas
   direct   POST http://127.0.0.1:<replica>/v1/completions with the engine key
   gateway  POST http://127.0.0.1:<portal>/serve/<deployment>/v1/completions with a tenant
            token: authentication, route table, least-in-flight pick, SSE relayed, a record
+  relay    the direct request through HAProxy in `mode tcp` (Debian's): no HTTP parsing, no
+           authentication; the least any proxy in front of the engine costs, for scale
 
 Each request streams (`stream: true`, `ignore_eos`, `max_tokens` tokens, so every answer has
 the same length); a client is a thread on a keep-alive connection (http.client) that reads
-the server-sent events as they come. The two paths take turns in rounds (the machine's load,
+the server-sent events as they come. The paths take turns in rounds (the machine's load,
 shared with other work, falls on both alike). Per path and concurrency: tokens/s (all tokens
 over the summed wall time of its rounds), time to first token and whole-request latency
 p50/p95. Ratios are gateway over direct (aims: latency <= 1.1x, throughput >= 0.9x).
@@ -103,6 +105,43 @@ def start_engine(model: Path, logdir: Path, *, api_key: str, slots: int) -> tupl
             pass
         time.sleep(0.1)
     raise RuntimeError(f"llama-server did not become healthy:\n{proc.tail()}")
+
+
+RELAY_CONFIG = """global
+  maxconn 1000
+defaults
+  mode tcp
+  timeout connect 5s
+  timeout client 120s
+  timeout server 120s
+frontend relay
+  bind 127.0.0.1:{port}
+  default_backend engine
+backend engine
+  server engine 127.0.0.1:{engine_port}
+"""
+
+
+def start_relay(engine_port: int, logdir: Path) -> tuple[Proc, int]:
+    """HAProxy (Debian's) relaying TCP to the engine: no HTTP parsing, no authentication. What
+    any proxy in front of the engine costs at least, for scale beside the gateway."""
+    port = free_port()
+    config = logdir / "relay.cfg"
+    config.write_text(RELAY_CONFIG.format(port=port, engine_port=engine_port))
+    proc = Proc("relay", ["haproxy", "-f", str(config), "-db"], logdir)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if proc.popen.poll() is not None:
+            raise RuntimeError(f"haproxy exited:\n{proc.tail()}")
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            conn.request("GET", "/health")
+            if conn.getresponse().status == 200:
+                return proc, port
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"haproxy did not relay to the engine:\n{proc.tail()}")
 
 
 def fixture(*, slots: int, max_tokens: int):
@@ -306,15 +345,15 @@ def measure(targets: list[Target], *, levels, requests: int, rounds: int, max_to
                 "ttft_ms": percentiles([x["ttft_ms"] for x in got["results"]]),
                 "latency_ms": percentiles([x["latency_ms"] for x in got["results"]]),
             }
-        d, g = out[f"direct_c{clients}"], out[f"gateway_c{clients}"]
-        log(
-            f"c={clients}: direct {d['tokens_per_s']} tok/s ttft p50 {d['ttft_ms'].get('p50')} "
-            f"lat p50 {d['latency_ms'].get('p50')}; gateway {g['tokens_per_s']} tok/s "
-            f"ttft p50 {g['ttft_ms'].get('p50')} lat p50 {g['latency_ms'].get('p50')} "
-            f"(errors {d['errors']}/{g['errors']})"
-        )
-        for sample in d["error_sample"] + g["error_sample"]:
-            log(f"  error: {sample}")
+        for name, got in out.items():
+            if name.endswith(f"_c{clients}"):
+                log(
+                    f"c={clients} {name.split('_c')[0]}: {got['tokens_per_s']} tok/s, ttft p50 "
+                    f"{got['ttft_ms'].get('p50')}, lat p50 {got['latency_ms'].get('p50')} ms, "
+                    f"errors {got['errors']}"
+                )
+                for sample in got["error_sample"]:
+                    log(f"  error: {sample}")
     return out
 
 
@@ -331,6 +370,12 @@ def ratios(measured: dict, levels) -> dict:
             for q in ("p50", "p95"):
                 out[f"c{clients}_{what[:-3]}_{q}_gateway_vs_direct"] = round(
                     g[what][q] / d[what][q], 3
+                )
+        relay = measured.get(f"relay_c{clients}")
+        if relay and relay["requests"]:
+            for q in ("p50", "p95"):
+                out[f"c{clients}_ttft_{q}_relay_vs_direct"] = round(
+                    relay["ttft_ms"][q] / d["ttft_ms"][q], 3
                 )
     return out
 
@@ -516,7 +561,8 @@ def main() -> int:
         )
         replica = register_replica(deployment, engine_port)
         web, web_port = start_web(logdir, workers=1)
-        log(f"replica :{engine_port}, gateway :{web_port}, deployment {deployment.pk}")
+        _, relay_port = start_relay(engine_port, logdir)
+        log(f"replica :{engine_port}, gateway :{web_port}, relay :{relay_port}")
         targets = [
             Target(
                 "direct",
@@ -526,6 +572,13 @@ def main() -> int:
                 fresh=True,
             ),
             Target("gateway", web_port, f"/serve/{deployment.pk}/v1/completions", world["token"]),
+            Target(
+                "relay",
+                relay_port,
+                "/v1/completions",
+                keys.engine_key(deployment_id=deployment.pk),
+                fresh=True,
+            ),
         ]
         cpu_before = {"engine": process_cpu_seconds(engine.popen.pid)}
         cpu_before["web"] = process_cpu_seconds(web.popen.pid)
@@ -577,7 +630,10 @@ def main() -> int:
                 "environment_start": env_start,
                 "environment_end": environment_again(),
             },
-            "peers": {f"direct_c{c}": measured[f"direct_c{c}"] for c in levels},
+            "peers": {
+                **{f"direct_c{c}": measured[f"direct_c{c}"] for c in levels},
+                **{f"relay_c{c}": measured[f"relay_c{c}"] for c in levels},
+            },
             "ratios": {
                 **ratios(measured, levels),
                 "upstream_first_bytes_p50_httpx_vs_raw_asyncio": round(
