@@ -183,6 +183,45 @@ def start_web(
     raise RuntimeError(f"uvicorn did not answer /healthz:\n{proc.tail()}")
 
 
+RELAY_CONFIG = """global
+  maxconn 1000
+defaults
+  mode {mode}
+  timeout connect 5s
+  timeout client 120s
+  timeout server 120s
+  timeout http-keep-alive 75s
+frontend relay
+  bind 127.0.0.1:{port}
+  default_backend target
+backend target
+  server target 127.0.0.1:{target_port}
+"""
+
+
+def start_relay(target_port: int, logdir: Path, *, mode: str, check: str) -> tuple[Proc, int]:
+    """HAProxy (Debian's, installed by `make services`) relaying to a local port, in `mode`
+    tcp (bytes only) or http (requests parsed, connections kept): what one more hop in front
+    of a peer costs, with no work of ours in it. Returned once GET `check` answers 200."""
+    port = free_port()
+    config = logdir / f"relay-{port}.cfg"
+    config.write_text(RELAY_CONFIG.format(mode=mode, port=port, target_port=target_port))
+    proc = Proc(f"relay-{port}", ["haproxy", "-f", str(config), "-db"], logdir)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if proc.popen.poll() is not None:
+            raise RuntimeError(f"haproxy exited:\n{proc.tail()}")
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            conn.request("GET", check)
+            if conn.getresponse().status == 200:
+                return proc, port
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"haproxy did not relay to :{target_port}:\n{proc.tail()}")
+
+
 def process_cpu_seconds(pid: int) -> float:
     """User + system CPU of a process and its reaped children, from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()

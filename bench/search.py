@@ -37,6 +37,7 @@ from _common import (
     finish,
     manage,
     percentiles,
+    start_relay,
     start_web,
     stop_all,
 )
@@ -706,6 +707,40 @@ def floors(api_http, k: int, warmup: int) -> dict:
     return result
 
 
+def relay_floor(es_http, captured: dict, k: int, logdir: Path) -> dict:
+    """Every query's recorded requests straight to Elasticsearch and through HAProxy in `mode
+    http` in front of it (the connection kept on both sides), alternating: what one more HTTP
+    hop costs here with no work of ours in it, beside what the API adds."""
+    import httpx
+    from django.conf import settings
+
+    es_url = httpx.URL(settings.TORUS_ELASTICSEARCH_URL)
+    proc, port = start_relay(es_url.port, logdir, mode="http", check="/_cluster/health")
+    direct, relayed = [], []
+    limits = httpx.Limits(max_keepalive_connections=1, max_connections=1)
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60, limits=limits) as relay:
+        for calls in captured.values():
+            payloads = [
+                (f"/{indices}/_search", json.dumps(body, separators=(",", ":")).encode())
+                for indices, body in calls
+            ]
+            for i in range(k + 2):
+                for side in ("es", "relay") if i % 2 == 0 else ("relay", "es"):
+                    took, _ = es_replay(es_http if side == "es" else relay, payloads)
+                    if i >= 2:
+                        (direct if side == "es" else relayed).append(took)
+    proc.stop()
+    d, r = percentiles(direct), percentiles(relayed)
+    out = {
+        "direct_ms": d,
+        "relay_ms": r,
+        "relay_vs_es_p50": round(r["p50"] / d["p50"], 3),
+        "relay_vs_es_p95": round(r["p95"] / d["p95"], 3),
+    }
+    log(f"one more hop (HAProxy): p50 {d['p50']} -> {r['p50']} ms, x{out['relay_vs_es_p50']}")
+    return out
+
+
 def measure(api_http, es_http, name, params, calls, k, warmup, size, mine, foreign) -> dict:
     payloads = [
         (f"/{indices}/_search", json.dumps(body, separators=(",", ":")).encode())
@@ -1064,6 +1099,7 @@ def main() -> int:
                     mine, foreign,
                 )  # fmt: skip
             floor = floors(api_http, k, args.warmup)
+            relay = relay_floor(es_http, captured, k, logdir)
             plain = plain_http_ab(logdir, api_http, token, queries, k)
         web.stop()
 
@@ -1086,6 +1122,7 @@ def main() -> int:
             "es_ms": es_p,
             "overhead_ms_p50": round(api_p["p50"] - es_p["p50"], 2),
             "floors": floor,
+            "relay": relay,
             "plain_http": plain,
             "queries": results,
             "tenant_filter": {
@@ -1101,12 +1138,15 @@ def main() -> int:
         }
         peers = {
             "elasticsearch_direct_ms": es_p,
+            "elasticsearch_through_haproxy_ms": relay["relay_ms"],
             "elasticsearch_direct_ms_by_query": {n: r["es_ms"] for n, r in results.items()},
             "elasticsearch_took_ms_by_query": {n: r["es_took_ms"] for n, r in results.items()},
         }
         ratios = {
             "api_vs_es_p50": round(api_p["p50"] / es_p["p50"], 3),
             "api_vs_es_p95": round(api_p["p95"] / es_p["p95"], 3),
+            "relay_vs_es_p50": relay["relay_vs_es_p50"],
+            "relay_vs_es_p95": relay["relay_vs_es_p95"],
         }
         for name, r in results.items():
             ratios[f"{name}_api_vs_es_p50"] = r["api_vs_es_p50"]

@@ -51,6 +51,7 @@ from _common import (
     manage,
     percentiles,
     process_cpu_seconds,
+    start_relay,
     start_web,
     stop_all,
 )
@@ -105,43 +106,6 @@ def start_engine(model: Path, logdir: Path, *, api_key: str, slots: int) -> tupl
             pass
         time.sleep(0.1)
     raise RuntimeError(f"llama-server did not become healthy:\n{proc.tail()}")
-
-
-RELAY_CONFIG = """global
-  maxconn 1000
-defaults
-  mode tcp
-  timeout connect 5s
-  timeout client 120s
-  timeout server 120s
-frontend relay
-  bind 127.0.0.1:{port}
-  default_backend engine
-backend engine
-  server engine 127.0.0.1:{engine_port}
-"""
-
-
-def start_relay(engine_port: int, logdir: Path) -> tuple[Proc, int]:
-    """HAProxy (Debian's) relaying TCP to the engine: no HTTP parsing, no authentication. What
-    any proxy in front of the engine costs at least, for scale beside the gateway."""
-    port = free_port()
-    config = logdir / "relay.cfg"
-    config.write_text(RELAY_CONFIG.format(port=port, engine_port=engine_port))
-    proc = Proc("relay", ["haproxy", "-f", str(config), "-db"], logdir)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        if proc.popen.poll() is not None:
-            raise RuntimeError(f"haproxy exited:\n{proc.tail()}")
-        try:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            conn.request("GET", "/health")
-            if conn.getresponse().status == 200:
-                return proc, port
-        except OSError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"haproxy did not relay to the engine:\n{proc.tail()}")
 
 
 def fixture(*, slots: int, max_tokens: int):
@@ -561,7 +525,7 @@ def main() -> int:
         )
         replica = register_replica(deployment, engine_port)
         web, web_port = start_web(logdir, workers=1)
-        _, relay_port = start_relay(engine_port, logdir)
+        _, relay_port = start_relay(engine_port, logdir, mode="tcp", check="/health")
         log(f"replica :{engine_port}, gateway :{web_port}, relay :{relay_port}")
         targets = [
             Target(
