@@ -162,25 +162,34 @@ def start_web(
     if workers > 1:
         argv += ["--workers", str(workers)]
     proc = Proc(name or f"web-w{workers}", argv, logdir, env={**ENV, **env} if env else None)
-    deadline = time.monotonic() + 60
+    wait_answering(proc, port, "/healthz", timeout=60)
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    for _ in range(4 * workers):  # every worker has imported Django
+        conn.request("GET", "/healthz")
+        conn.getresponse().read()
+    conn.close()
+    return proc, port
+
+
+def wait_answering(proc: "Proc", port: int, path: str, *, timeout: float) -> None:
+    """Until GET `path` on the process's port answers 200; an error if it exits first or
+    does not answer in `timeout` seconds (with the end of its log)."""
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.popen.poll() is not None:
-            raise RuntimeError(f"uvicorn exited:\n{proc.tail()}")
+            raise RuntimeError(f"{proc.name} exited:\n{proc.tail()}")
         try:
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            conn.request("GET", "/healthz")
-            first = conn.getresponse()
-            first.read()
-            if first.status == 200:
-                for _ in range(4 * workers):  # every worker has imported Django
-                    conn.request("GET", "/healthz")
-                    conn.getresponse().read()
-                conn.close()
-                return proc, port
+            conn.request("GET", path)
+            answer = conn.getresponse()
+            answer.read()
+            conn.close()
+            if answer.status == 200:
+                return
         except OSError:
             pass
-        time.sleep(0.2)
-    raise RuntimeError(f"uvicorn did not answer /healthz:\n{proc.tail()}")
+        time.sleep(0.1)
+    raise RuntimeError(f"{proc.name} did not answer {path} on :{port}:\n{proc.tail()}")
 
 
 RELAY_CONFIG = """global
@@ -207,19 +216,8 @@ def start_relay(target_port: int, logdir: Path, *, mode: str, check: str) -> tup
     config = logdir / f"relay-{port}.cfg"
     config.write_text(RELAY_CONFIG.format(mode=mode, port=port, target_port=target_port))
     proc = Proc(f"relay-{port}", ["haproxy", "-f", str(config), "-db"], logdir)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        if proc.popen.poll() is not None:
-            raise RuntimeError(f"haproxy exited:\n{proc.tail()}")
-        try:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            conn.request("GET", check)
-            if conn.getresponse().status == 200:
-                return proc, port
-        except OSError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"haproxy did not relay to :{target_port}:\n{proc.tail()}")
+    wait_answering(proc, port, check, timeout=10)
+    return proc, port
 
 
 def process_cpu_seconds(pid: int) -> float:

@@ -26,7 +26,6 @@ Progress goes to stderr; the last stdout line is the result:
 """
 
 import argparse
-import http.client
 import json
 import os
 import signal
@@ -54,6 +53,7 @@ from _common import (
     start_relay,
     start_web,
     stop_all,
+    wait_answering,
 )
 from _common import log as _log
 
@@ -93,19 +93,8 @@ def start_engine(model: Path, logdir: Path, *, api_key: str, slots: int) -> tupl
     argv += ["--port", str(port), "-np", str(slots), "-c", str(slots * 1024), "-t", "1"]
     argv += ["--metrics", "--alias", "tiny:1"]
     proc = Proc(f"engine-{port}", argv, logdir, env={**os.environ, "LLAMA_ARG_API_KEY": api_key})
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.popen.poll() is not None:
-            raise RuntimeError(f"llama-server exited:\n{proc.tail()}")
-        try:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            conn.request("GET", "/health")
-            if conn.getresponse().status == 200:
-                return proc, port
-        except OSError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"llama-server did not become healthy:\n{proc.tail()}")
+    wait_answering(proc, port, "/health", timeout=60)
+    return proc, port
 
 
 def fixture(*, slots: int, max_tokens: int):
