@@ -68,22 +68,22 @@ class Kubelet:
                 env[var.name] = var.value or ""
         security = container.security_context
         assert security.run_as_user >= 1000 and security.run_as_non_root, security
-        log = (self.log_dir / f"{pod.metadata.name}.log").open("ab")
-        return subprocess.Popen(
-            [*container.command, *(container.args or [])],
-            env=env,
-            cwd=container.working_dir,
-            user=security.run_as_user,
-            group=security.run_as_group,
-            # the pod sees its project's tree as a volume mounted at the same path; here the
-            # path's parents lie on this host, where the user's groups (from the directory,
-            # as a Slurm job gets them) let it through them
-            extra_groups=os.getgrouplist(env["USER"], security.run_as_group),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        with (self.log_dir / f"{pod.metadata.name}.log").open("ab") as log:
+            return subprocess.Popen(
+                [*container.command, *(container.args or [])],
+                env=env,
+                cwd=container.working_dir,
+                user=security.run_as_user,
+                group=security.run_as_group,
+                # the pod sees its project's tree as a volume mounted at the same path; here the
+                # path's parents lie on this host, where the user's groups (from the directory,
+                # as a Slurm job gets them) let it through them
+                extra_groups=os.getgrouplist(env["USER"], security.run_as_group),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
     def _kill(self, uid: str) -> None:
         process = self.running.pop(uid)

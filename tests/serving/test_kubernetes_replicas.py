@@ -96,7 +96,7 @@ def test_a_deployment_on_kubernetes_serves_heals_and_goes(
                 what="a new replica READY",
             )
             new = healed.replicas.get(state="READY")
-            assert new.job_id != replica.job_id and new.host != replica.host
+            assert new.job_id != replica.job_id  # a new Job (its pod may reuse the address)
             answer = call(gateway, deployment, token, json=COMPLETION)
             assert answer.status_code == 200, answer.text
             assert answer.headers["x-torus-replica"] == str(new.pk)
