@@ -12,7 +12,8 @@ components/kubernetes: etcd, kube-apiserver, scheduler, controller manager, kwok
               runs) has a record of each of the N Jobs
   pass_calls  Kubernetes requests of one reconcile pass's backend calls (jobs, inventory,
               accounting) with 10 and with M jobs held (counted in KubeClient.request)
-  platform    N jobs through the whole platform, as bench/submit.py does for Slurm: one
+  platform    P jobs a round (600; 100 with --quick) through the whole platform, as
+              bench/submit.py does for Slurm: one
               POST /api/v1/jobs/ each (8 client threads), and 50 specs a POST to
               /api/v1/jobs/batch/ (4 threads), uvicorn with 2 workers, into a
               project whose cluster (`bench-k8s-platform`: local-k8s's control plane and
@@ -21,8 +22,14 @@ components/kubernetes: etcd, kube-apiserver, scheduler, controller manager, kwok
               until every attempt has its Kubernetes Job; beside the direct client's 8-thread
               rate on the same apiserver creating the round's very manifests again (fresh
               names, the same namespace and Kueue queue), each round on either side started
-              on a quiet control plane (the issue's aim: at least 0.8x). Needs the portal's
-              database migrated and `manage.py cluster_register_local` run (`make up` does both).
+              on a quiet control plane (the issue's aim: at least 0.8x). Each round's CPU
+              by part (the control plane's processes, web server, worker, PostgreSQL,
+              Redis, this process, the machine), per job, from its start until the
+              control plane is quiet again: the Workloads, status updates and events a Job
+              sets going count for the side that made it. --split-cores runs the control
+              plane on CPU 0 and everything else on the others, as on separate machines.
+              Needs the portal's database migrated and `manage.py cluster_register_local`
+              run (`make up` does both).
 
 Each method runs three times per thread count, in rotated orders (the apiserver gets busier
 as Jobs pile up), and its median round counts. The pass count comes first, with exactly 10
@@ -34,6 +41,7 @@ Jobs ask for no GPU and one CPU, and kwok keeps their pods running (10 minutes),
 ends during the measurement; the bench's namespaces are deleted at the end.
 
 Run alone:  .venv/bin/python bench/kubernetes_submit.py [--quick] [--jobs N] [--held M]
+            [--phases backend,platform] [--platform-jobs P] [--split-cores]
 Progress goes to stderr; the last stdout line is the result:
 {"benchmark": "kubernetes_submit", "metrics": {...}, "peers": {...}, "ratios": {...}}
 Ratios are Torus's Jobs per second over the direct client's (the aim: at least 0.8).
@@ -88,8 +96,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="100 jobs per phase")
     parser.add_argument("--jobs", type=int, default=None, help="jobs per submit phase (300)")
+    parser.add_argument(
+        "--platform-jobs", type=int, default=None, help="jobs per platform round (600)"
+    )
     parser.add_argument("--held", type=int, default=500, help="jobs held for the pass count")
     parser.add_argument("--keep-logs", action="store_true")
+    parser.add_argument(
+        "--split-cores",
+        action="store_true",
+        help="the control plane on the first CPU, the platform and this bench on the others",
+    )
     parser.add_argument(
         "--phases", default="backend,platform", help="backend (submit, peers, pass calls), platform"
     )
@@ -99,13 +115,19 @@ def main() -> int:
     django_setup()
     logdir = Path(tempfile.mkdtemp(prefix="bench-k8s-"))
     bench = Bench(n=n, held=args.held)
+    if args.split_cores:
+        split_cores()
     try:
         result = bench.run() if "backend" in phases else bench.empty()
         if "platform" in phases:
-            platform_phase(bench, result, logdir=logdir)
+            platform_n = args.platform_jobs or (100 if args.quick else 600)
+            platform_phase(bench, result, logdir=logdir, n=platform_n)
+        result["metrics"]["split_cores"] = args.split_cores
     finally:
         bench.cleanup()
         stop_all()
+        if args.split_cores:
+            split_cores(undo=True)
     return finish(NAME, result, logdir=logdir, keep_logs=args.keep_logs)
 
 
@@ -123,6 +145,79 @@ def control_plane_cpu() -> float:
         except OSError:  # gone meanwhile
             continue
     return total
+
+
+def split_cores(*, undo: bool = False) -> None:
+    """As if the control plane ran on machines of its own: its processes (every thread) on
+    the first CPU; PostgreSQL, Redis and this process (the web server and worker it starts
+    inherit it) on the others. `undo`: every one of them on all CPUs again."""
+    every = set(range(os.cpu_count() or 1))
+    if len(every) < 2:
+        raise SystemExit("--split-cores needs at least 2 CPUs")
+    first, others = {0}, every - {0}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+            if comm.startswith(CONTROL_PLANE):
+                cpus = every if undo else first
+            elif comm.startswith(("postgres", "redis-server")):
+                cpus = every if undo else others
+            else:
+                continue
+            for task in os.listdir(f"/proc/{pid}/task"):
+                os.sched_setaffinity(int(task), cpus)
+        except OSError:  # gone meanwhile
+            continue
+    for task in os.listdir("/proc/self/task"):  # this process's threads
+        os.sched_setaffinity(int(task), every if undo else others)
+    log("cores shared again" if undo else f"control plane on CPU 0, the rest on {sorted(others)}")
+
+
+def cpu_parts(roots: dict[str, int]) -> dict:
+    """CPU seconds so far by part: the control plane's processes (by name), in all and each;
+    each of `roots` (name: pid, the web server and the worker) with its descendants;
+    PostgreSQL; Redis; the benchmark's own process; and the whole machine (/proc/stat, every
+    process and the kernel)."""
+    procs = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            head, rest = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)
+        except OSError:  # gone meanwhile
+            continue
+        fields = rest.split()
+        ticks = sum(int(v) for v in fields[11:15])  # utime stime cutime cstime
+        procs[int(pid)] = (head.split("(", 1)[1], int(fields[1]), ticks)
+    owner = {pid: name for name, pid in roots.items()}
+    grew = True
+    while grew:  # descendants (uvicorn's and Celery's worker processes)
+        grew = False
+        for pid, (_, ppid, _) in procs.items():
+            if ppid in owner and pid not in owner:
+                owner[pid] = owner[ppid]
+                grew = True
+    parts = dict.fromkeys(
+        ["control_plane", *CONTROL_PLANE, *roots, "postgres", "redis", "bench"], 0
+    )
+    for pid, (comm, _, ticks) in procs.items():
+        if comm.startswith(CONTROL_PLANE):
+            parts["control_plane"] += ticks
+            parts[next(name for name in CONTROL_PLANE if comm.startswith(name))] += ticks
+        elif pid in owner:
+            parts[owner[pid]] += ticks
+        elif comm.startswith("postgres"):
+            parts["postgres"] += ticks
+        elif comm.startswith("redis-server"):
+            parts["redis"] += ticks
+        elif pid == os.getpid():
+            parts["bench"] += ticks
+    cpu = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    parts["machine"] = sum(int(v) for v in cpu[:3] + cpu[5:8])  # all but idle and iowait
+    return {k: v / os.sysconf("SC_CLK_TCK") for k, v in parts.items()}
+
+
+def cpu_per_job(before: dict, after: dict, n: int) -> dict:
+    """Milliseconds of CPU per job by part between two `cpu_parts` readings."""
+    return {k: round((after[k] - before[k]) * 1000 / n, 1) for k in before}
 
 
 def settle(timeout: float = 30.0) -> float:
@@ -164,7 +259,7 @@ def platform_bodies(*, cluster, backend, project, since) -> list[dict]:
     return bodies
 
 
-def platform_phase(bench: "Bench", result: dict, *, logdir: Path) -> None:
+def platform_phase(bench: "Bench", result: dict, *, logdir: Path, n: int) -> None:
     """N jobs through the REST API, admission and the dispatcher (bench/submit.py's phase),
     into a project whose cluster is local-k8s's control plane; the peer is the direct client's
     8-thread rate creating the same round's manifests again (platform_bodies), each side's
@@ -186,19 +281,21 @@ def platform_phase(bench: "Bench", result: dict, *, logdir: Path) -> None:
     ctx["project"].save(update_fields=["default_cluster"])
     ctx["cluster"] = cluster
     backend = for_cluster(cluster)
-    _web, port = start_web(logdir, workers=2, name="web")
-    start_worker(logdir)
-    n = bench.n
+    web, port = start_web(logdir, workers=2, name="web")
+    roots = {"web": web.popen.pid, "worker": start_worker(logdir).popen.pid}
     log(f"control plane settled after {settle(timeout=300)} s (an earlier run's namespaces go)")
     torus_phase(ctx, port, min(20, n), 8, "platform warm-up")  # identity, tree, namespace
     # One POST per job (8 client threads), and POST /api/v1/jobs/batch/ (50 specs a request,
     # 4 threads), each beside the direct client's 8-thread rate measured right after it.
     for mode, batch, threads in (("post", 0, 8), ("batch", 50, 4)):
-        rates, direct = [], []
+        rates, direct, cpu = [], [], {"platform": [], "direct": []}
         for rnd in range(bench.rounds):
             settle()
             since = timezone.now()
+            before = cpu_parts(roots)
             out = torus_phase(ctx, port, n, threads, f"platform {mode} round {rnd}", batch=batch)
+            settle()  # the work its Jobs set going (Kueue's Workloads, status, events) counts
+            cpu["platform"].append(cpu_per_job(before, cpu_parts(roots), n))
             if out["http_errors"] or out["rejected"]:
                 raise RuntimeError(
                     f"platform {mode} round {rnd}: {out['http_errors']} errors, "
@@ -208,8 +305,10 @@ def platform_phase(bench: "Bench", result: dict, *, logdir: Path) -> None:
             bodies = platform_bodies(
                 cluster=cluster, backend=backend, project=ctx["project"], since=since
             )
-            settle()
+            before = cpu_parts(roots)
             direct.append(bench.direct_rate(threads=8, label="", bodies=bodies))
+            settle()
+            cpu["direct"].append(cpu_per_job(before, cpu_parts(roots), n))
             log(f"round {rnd}: platform {mode} {rates[-1]} jobs/s, direct {direct[-1]:.1f} jobs/s")
         platform, peer = statistics.median(rates), statistics.median(direct)
         result["metrics"][f"platform_{mode}_jobs_per_second"] = round(platform, 1)
@@ -217,6 +316,12 @@ def platform_phase(bench: "Bench", result: dict, *, logdir: Path) -> None:
         result["peers"][f"direct_jobs_per_second_8t_beside_{mode}"] = round(peer, 1)
         result["peers"][f"direct_rounds_8t_beside_{mode}"] = [round(r, 1) for r in direct]
         result["ratios"][f"platform_{mode}"] = round(platform / peer, 2)
+        # CPU per job from a round's start until the control plane is quiet after it, by
+        # part; each side's median round (by the machine's CPU)
+        for side, rows in cpu.items():
+            result["metrics"][f"cpu_ms_per_job_{side}_{mode}"] = sorted(
+                rows, key=lambda row: row["machine"]
+            )[len(rows) // 2]
 
 
 PLATFORM_CLUSTER = "bench-k8s-platform"
