@@ -66,7 +66,6 @@ from _common import (
     ensure_tenant,
     environment,
     finish,
-    process_cpu_seconds,
     start_web,
     stop_all,
 )
@@ -132,19 +131,6 @@ def main() -> int:
 
 
 CONTROL_PLANE = ("kube-apiserver", "kueue", "kube-controller", "kube-scheduler", "etcd", "kwok")
-
-
-def control_plane_cpu() -> float:
-    """CPU seconds so far of the control plane's processes (found by their names)."""
-    total = 0.0
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            name = Path(f"/proc/{pid}/comm").read_text().strip()
-            if name.startswith(CONTROL_PLANE):
-                total += process_cpu_seconds(int(pid))
-        except OSError:  # gone meanwhile
-            continue
-    return total
 
 
 def split_cores(*, undo: bool = False) -> None:
@@ -226,10 +212,10 @@ def settle(timeout: float = 30.0) -> float:
     status, events) is done before the next round, whichever side it is, instead of landing
     in that round's time. The seconds waited."""
     started = time.monotonic()
-    last = control_plane_cpu()
+    last = cpu_parts({})["control_plane"]
     while time.monotonic() - started < timeout:
         time.sleep(0.5)
-        now = control_plane_cpu()
+        now = cpu_parts({})["control_plane"]
         if now - last < 0.1:
             break
         last = now
