@@ -109,3 +109,13 @@ def test_store_heartbeat_and_clear():
     assert store.read()[1] is not None
     store.clear()
     assert store.read() == ({}, None)
+
+
+def test_one_jobs_record_is_read_alone(watch):
+    watch._event("Job", {"type": "ADDED", "object": job_obj(active=1)})
+    watch.store.heartbeat()
+    watch.flush()
+    whole, beat = watch.store.read()
+    one, beat_too = watch.store.read(tag=TAG)
+    assert one == whole and set(one) == {TAG} and beat_too == beat is not None
+    assert watch.store.read(tag="torus:no-such-attempt")[0] == {}

@@ -183,8 +183,8 @@ class KubernetesBackend:
                     raise SubmitRejected(str(exc)) from exc
         return f"{ns}/{name}"
 
-    def _records(self) -> dict[str, dict]:
-        records, beat = self.store.read()
+    def _records(self, *, tag: str | None = None) -> dict[str, dict]:
+        records, beat = self.store.read(tag=tag)
         if beat is None or time.time() - beat > STALE_AFTER:
             age = "never" if beat is None else f"{int(time.time() - beat)} s ago"
             name = self.cluster.name
@@ -285,7 +285,7 @@ class KubernetesBackend:
 
     def serve_host(self, tag: str) -> str | None:
         """The IP of the replica's pod, as the apiserver gave it to the watcher."""
-        record = self._records().get(tag) or {}
+        record = self._records(tag=tag).get(tag) or {}
         hosts = record.get("hosts") or []
         return hosts[0] if hosts and hosts[0] else None
 
@@ -301,7 +301,7 @@ class PodLogSource:
     def _pod(self, ref: LogRef) -> tuple[str, str] | None:
         if not ref.backend_id:
             return None
-        records = self.backend.store.read()[0]
+        records = self.backend.store.read(tag=ref.tag)[0]
         record = records.get(ref.tag) or next(iter(self.backend.store.gone({ref.tag})), None)
         if not record or not record.get("pods"):
             return None

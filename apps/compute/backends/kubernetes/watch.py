@@ -85,11 +85,18 @@ class Store:
         if nodes:
             self.r.hset(self.key("lost-nodes"), mapping={n: str(t) for n, t in nodes.items()})
 
-    def read(self) -> tuple[dict[str, dict], float | None]:
+    def read(self, *, tag: str | None = None) -> tuple[dict[str, dict], float | None]:
+        """The live records by tag (only `tag`'s, when given: one field, not the whole hash)
+        and the last heartbeat."""
         pipe = self.r.pipeline(transaction=False)
-        pipe.hgetall(self.key("jobs"))
+        if tag is None:
+            pipe.hgetall(self.key("jobs"))
+        else:
+            pipe.hmget(self.key("jobs"), [tag])
         pipe.get(self.key("heartbeat"))
         jobs, beat = pipe.execute()
+        if tag is not None:
+            jobs = {tag.encode(): jobs[0]} if jobs[0] is not None else {}
         records = {k.decode(): json.loads(v) for k, v in jobs.items()}
         return records, float(beat) if beat else None
 
