@@ -57,6 +57,11 @@ class Submission:
     # The job's kind (apps/jobs/models.Kind): a model deployment's replica ("serve") runs the
     # cluster's serving engine where the cluster says how (Kubernetes: config.serving_image).
     kind: str = "train"
+    # Values the job must have but nobody may read back (project secrets by name, a replica's
+    # engine key): never in `environment`, the database or a process's argv. Slurm passes them
+    # in the job's own environment (slurmrestd's body, sbatch's --export-file); Kubernetes as
+    # a Secret in the tenant's namespace read through secretKeyRef.
+    secrets: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
