@@ -6,7 +6,15 @@ import argparse
 import sys
 from datetime import datetime, timedelta, timezone
 
-from torus import completion, datasets_cli, deployments_cli, jobs_cli, models_cli, profiles_cli
+from torus import (
+    completion,
+    datasets_cli,
+    deployments_cli,
+    jobs_cli,
+    models_cli,
+    profiles_cli,
+    secrets_cli,
+)
 from torus.client import Client
 from torus.errors import TorusError
 from torus.output import emit
@@ -84,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     datasets_cli.add_parsers(sub)
     models_cli.add_parsers(sub)
     deployments_cli.add_parsers(sub)
+    secrets_cli.add_parsers(sub)
     profiles_cli.add_parsers(sub)
     completion.add_parsers(sub)
     return parser

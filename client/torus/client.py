@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -159,6 +160,29 @@ class Client:
         if tenant:
             body["tenant"] = tenant
         return self.request("POST", "/api/v1/projects/", json=body)
+
+    def project_id(self, project: str) -> str:
+        """A project's id from its id or its slug (a slug must name one project you can see)."""
+        if len(project) == 36 and project.count("-") == 4:
+            return project
+        matches = self.request("GET", "/api/v1/projects/", params={"slug": project})["results"]
+        if len(matches) != 1:
+            raise TorusError(f"no single project with slug {project!r} ({len(matches)} found)")
+        return matches[0]["id"]
+
+    # -- project secrets: names and metadata out, values only in (never read back) --------
+
+    def secrets(self, project: str) -> list[dict]:
+        """A project's secrets: name, version, created_at, updated_at, updated_by; no values."""
+        return list(self.paginate(f"/api/v1/projects/{self.project_id(project)}/secrets/"))
+
+    def set_secret(self, project: str, name: str, value: str) -> dict:
+        """Create or replace a secret (version 1 when new); the answer holds no value."""
+        path = _secret_path(self.project_id(project), name)
+        return self.request("PUT", path, json={"value": value})
+
+    def delete_secret(self, project: str, name: str) -> None:
+        self.request("DELETE", _secret_path(self.project_id(project), name))
 
     def tokens(self) -> list[dict]:
         return list(self.paginate("/api/v1/tokens/"))
@@ -317,6 +341,22 @@ class Client:
             if len(rows) >= limit:
                 break
         return rows
+
+
+SECRET_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+
+
+def check_secret_name(name: str) -> None:
+    """The API's rule for a secret's name, checked here too: "a/b" is told as such, not as a
+    404 of a path that does not exist."""
+    if not SECRET_NAME.fullmatch(name):
+        rule = "a letter or _, then letters, digits or _ (at most 128)"
+        raise TorusError("Invalid input.", status=400, code="invalid", fields={"name": [rule]})
+
+
+def _secret_path(project_id: str, name: str) -> str:
+    check_secret_name(name)
+    return f"/api/v1/projects/{project_id}/secrets/{name}/"
 
 
 def api_error(response: httpx.Response) -> TorusError:
