@@ -397,11 +397,11 @@ torus_available_components() {
 }
 
 # torus_components NAME... : sets the array TORUS_COMPONENTS to the arguments, or else
-# to ${TORUS_SERVICES:-firewall ldap postgres redis elasticsearch s3 slurm kubernetes}; dies on a name without a script.
+# to ${TORUS_SERVICES:-firewall helper ldap postgres redis elasticsearch s3 slurm kubernetes}; dies on a name without a script.
 torus_components() {
   local names=("$@") name available
   if ((${#names[@]} == 0)); then
-    read -r -a names <<<"${TORUS_SERVICES:-firewall ldap postgres redis elasticsearch s3 slurm kubernetes}"
+    read -r -a names <<<"${TORUS_SERVICES:-firewall helper ldap postgres redis elasticsearch s3 slurm kubernetes}"
   fi
   for name in "${names[@]}"; do
     if [[ ! $name =~ ^[a-z0-9][a-z0-9_-]*$ || ! -x $TORUS_SERVICES_DIR/components/$name ]]; then

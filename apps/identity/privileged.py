@@ -1,0 +1,192 @@
+"""The platform's side of the privileged helper (helper/torus_helperd.py; docs/security.md,
+"The privileged helper"): what needs root is asked of that one root daemon over its Unix
+socket, one JSON request per connection. No platform process is root.
+
+Errors: HelperUnavailable (no answer: the socket is missing, refused, or timed out),
+HelperRefused (the request broke one of the helper's rules, or sbatch exited non-zero: its
+stderr is the message), HelperFailed (allowed, but the system refused: an OSError there).
+"""
+
+import json
+import socket
+import threading
+import time
+from base64 import b64encode
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from django.conf import settings
+
+TOKEN_MARGIN_SECONDS = 300  # a cached Slurm token is renewed this long before it expires
+
+
+class HelperError(Exception):
+    """Base of the helper's errors."""
+
+
+class HelperUnavailable(HelperError):
+    """The helper could not be reached or did not answer (nothing, or something, was done)."""
+
+
+class HelperRefused(HelperError):
+    """A refusal (a rule of the helper), or sbatch's own non-zero exit (`returncode`, `stderr`)."""
+
+    def __init__(self, message: str, *, returncode: int | None = None, stderr: str = ""):
+        super().__init__(message)
+        self.returncode = returncode
+        self.stderr = stderr
+
+
+class HelperFailed(HelperError):
+    """The request was allowed, but the filesystem or the system refused it."""
+
+
+@dataclass(frozen=True)
+class Directory:
+    """One directory for `directories_make`: owner, mode, and the platform account's ACLs
+    (r-x; the default ACL r-X for what is made below). `enforce`: re-apply on an existing one."""
+
+    path: str
+    uid: int
+    gid: int
+    mode: int
+    platform_acl: bool = False
+    default_acl: bool = False
+    enforce: bool = False
+
+
+def _call(request: dict, *, timeout: float = 30.0) -> dict:
+    data = json.dumps(request).encode() + b"\n"
+    path = settings.TORUS_HELPER_SOCKET
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(timeout)
+        try:
+            conn.connect(path)
+            conn.sendall(data)
+            chunks = []
+            while True:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                if chunk.endswith(b"\n"):
+                    break
+        except OSError as exc:  # missing, refused, EACCES, timed out
+            raise HelperUnavailable(f"the privileged helper at {path}: {exc}") from exc
+    try:
+        answer = json.loads(b"".join(chunks))
+    except ValueError as exc:
+        raise HelperUnavailable(f"the privileged helper at {path} gave no answer") from exc
+    if answer.get("ok"):
+        return answer
+    reason = str(answer.get("reason") or "no reason given")
+    if answer.get("error") == "refused":
+        raise HelperRefused(f"the privileged helper refused: {reason}")
+    raise HelperFailed(reason)
+
+
+def directories_make(*, dirs: list[Directory]) -> list[str]:
+    """Make (or put right) each directory in order, in one request: the paths changed."""
+    request = {"verb": "dirs", "dirs": [asdict(d) for d in dirs]}
+    return _call(request)["changed"]
+
+
+def directory_make(
+    *,
+    path: Path | str,
+    uid: int,
+    gid: int,
+    mode: int,
+    platform_acl: bool = False,
+    default_acl: bool = False,
+    enforce: bool = False,
+) -> bool:
+    """One directory (not its parents): True when it was made or changed."""
+    item = Directory(str(path), uid, gid, mode, platform_acl, default_acl, enforce)
+    return bool(directories_make(dirs=[item]))
+
+
+def hand_over(*, path: Path | str, uid: int, gid: int, mode: int) -> None:
+    """Give a regular file or directory below a helper root to uid:gid with mode."""
+    _call({"verb": "chown", "path": str(path), "uid": uid, "gid": gid, "mode": mode})
+
+
+def files_write(*, files: list[tuple[Path | str, bytes]], uid: int, gid: int, mode: int) -> None:
+    """Write each (path, content) as uid:gid with mode (made beside it, renamed into place)."""
+    items = [
+        {"path": str(p), "content": b64encode(c).decode(), "uid": uid, "gid": gid, "mode": mode}
+        for p, c in files
+    ]
+    _call({"verb": "write", "files": items})
+
+
+def sbatch(
+    *,
+    user: str,
+    uid: int,
+    gid: int,
+    options: list[str],
+    script: str,
+    environment: dict[str, str],
+    export_none: bool = False,
+) -> str:
+    """Run sbatch as `user` (who must resolve to `uid`) with the project's group `gid`: the
+    script on stdin, `environment` only through --export-file, `options` each `--name=value`
+    from the helper's allowlist. sbatch's stdout; HelperRefused with its stderr otherwise."""
+    answer = _call(
+        {
+            "verb": "sbatch",
+            "user": user,
+            "uid": uid,
+            "gid": gid,
+            "options": options,
+            "script": script,
+            "environment": environment,
+            "export_none": export_none,
+        },
+        timeout=90.0,
+    )
+    if answer["returncode"] != 0:
+        stderr = answer["stderr"].strip()
+        raise HelperRefused(
+            stderr or f"sbatch exited {answer['returncode']}",
+            returncode=answer["returncode"],
+            stderr=stderr,
+        )
+    return answer["stdout"]
+
+
+def stager_evict(*, subtree: Path | str, version_id: str) -> int | None:
+    """The cache subtree's own user drops one version (`stager.py evict`): bytes freed, or
+    None when it was kept (leased, being staged, gone)."""
+    answer = _call(
+        {"verb": "stager-evict", "subtree": str(subtree), "version": version_id}, timeout=330.0
+    )
+    if answer["returncode"] != 0:
+        return None
+    try:
+        return int(json.loads(answer["stdout"])["freed"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+_tokens: dict[str, tuple[str, int]] = {}
+_tokens_lock = threading.Lock()
+
+
+def slurm_token(*, user: str) -> str:
+    """A Slurm JWT for `user` (a user in the uid range, or the platform's Slurm account), made
+    by the helper (which alone reads the key) and kept here until shortly before it expires."""
+    now = time.time()
+    with _tokens_lock:
+        cached = _tokens.get(user)
+    if cached and cached[1] - TOKEN_MARGIN_SECONDS > now:
+        return cached[0]
+    answer = _call({"verb": "slurm-token", "user": user})
+    with _tokens_lock:
+        _tokens[user] = (answer["token"], int(answer["exp"]))
+    return answer["token"]
+
+
+def ping() -> None:
+    _call({"verb": "ping"}, timeout=5.0)
