@@ -7,4 +7,7 @@ class ComputeConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from apps.compute import health  # noqa: F401  (registers the /readyz check)
+        from apps.compute import (  # noqa: F401
+            doctor,  # registers the deploy check of /proc (hidepid)
+            health,  # registers the /readyz check
+        )
