@@ -108,12 +108,25 @@ def ensure_tenant(*, slug: str, project_slug: str, owner: str, token_name: str) 
     return {"tenant": tenant, "project": project, "user": user, "token": token, "cluster": cluster}
 
 
+# Prepended to the platform's processes (web servers, workers): `setpriv ...` to run them as
+# the platform's account, as scripts/portal does; a benchmark's --platform-user sets it.
+RUN_AS: list[str] = []
+
+
+def run_as(user: str) -> None:
+    """The platform's processes this benchmark starts run as `user` ("root": as this process)."""
+    RUN_AS[:] = [] if user == "root" else ["setpriv", f"--reuid={user}", f"--regid={user}",
+                                             "--init-groups", "--"]  # fmt: skip
+
+
 class Proc:
     """A child process in its own session, its output in logdir/<name>.log."""
 
     def __init__(self, name: str, argv: list[str], logdir: Path, env: dict | None = None):
         self.name, self.log_path = name, logdir / f"{name}.log"
         self.log_file = open(self.log_path, "ab")  # noqa: SIM115
+        if argv[0].startswith(str(BIN)):  # ours (not a peer such as HAProxy)
+            argv = [*RUN_AS, *argv]
         self.popen = subprocess.Popen(  # noqa: S603
             argv,
             cwd=ROOT,
@@ -218,6 +231,49 @@ def start_relay(target_port: int, logdir: Path, *, mode: str, check: str) -> tup
     proc = Proc(f"relay-{port}", ["haproxy", "-f", str(config), "-db"], logdir)
     wait_answering(proc, port, check, timeout=10)
     return proc, port
+
+
+def cpu_parts(roots: dict[str, int], by_comm: dict[str, tuple[str, ...]]) -> dict:
+    """CPU seconds so far by part: each of `roots` (name: pid, e.g. the web server and the
+    worker) with its descendants; each of `by_comm` (name: process-name prefixes, e.g.
+    PostgreSQL's or the Kubernetes control plane's) in all; the benchmark's own process; and
+    the whole machine (/proc/stat: every process and the kernel). Stable from run to run
+    where wall-clock ratios on 2 shared cores are not."""
+    procs = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            head, rest = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)
+        except OSError:  # gone meanwhile
+            continue
+        fields = rest.split()
+        ticks = sum(int(v) for v in fields[11:15])  # utime stime cutime cstime
+        procs[int(pid)] = (head.split("(", 1)[1], int(fields[1]), ticks)
+    owner = {pid: name for name, pid in roots.items()}
+    grew = True
+    while grew:  # descendants (uvicorn's and Celery's worker processes)
+        grew = False
+        for pid, (_, ppid, _) in procs.items():
+            if ppid in owner and pid not in owner:
+                owner[pid] = owner[ppid]
+                grew = True
+    parts = dict.fromkeys([*roots, *by_comm, "bench"], 0)
+    for pid, (comm, _, ticks) in procs.items():
+        if pid in owner:
+            parts[owner[pid]] += ticks
+        elif pid == os.getpid():
+            parts["bench"] += ticks
+        else:
+            for name, prefixes in by_comm.items():
+                if comm.startswith(prefixes):
+                    parts[name] += ticks
+    cpu = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    parts["machine"] = sum(int(v) for v in cpu[:3] + cpu[5:8])  # all but idle and iowait
+    return {k: v / os.sysconf("SC_CLK_TCK") for k, v in parts.items()}
+
+
+def cpu_per_job(before: dict, after: dict, n: int) -> dict:
+    """Milliseconds of CPU per job by part between two `cpu_parts` readings."""
+    return {k: round((after[k] - before[k]) * 1000 / n, 2) for k in before}
 
 
 def process_cpu_seconds(pid: int) -> float:

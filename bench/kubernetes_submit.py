@@ -61,7 +61,9 @@ from pathlib import Path
 os.environ.setdefault("TORUS_REDIS_DB_BASE", "12")  # its cache DB (13) holds the watch records
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import cpu_parts as _cpu_parts
 from _common import (
+    cpu_per_job,
     django_setup,
     ensure_tenant,
     environment,
@@ -160,50 +162,17 @@ def split_cores(*, undo: bool = False) -> None:
 
 
 def cpu_parts(roots: dict[str, int]) -> dict:
-    """CPU seconds so far by part: the control plane's processes (by name), in all and each;
-    each of `roots` (name: pid, the web server and the worker) with its descendants;
-    PostgreSQL; Redis; the benchmark's own process; and the whole machine (/proc/stat, every
-    process and the kernel)."""
-    procs = {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            head, rest = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)
-        except OSError:  # gone meanwhile
-            continue
-        fields = rest.split()
-        ticks = sum(int(v) for v in fields[11:15])  # utime stime cutime cstime
-        procs[int(pid)] = (head.split("(", 1)[1], int(fields[1]), ticks)
-    owner = {pid: name for name, pid in roots.items()}
-    grew = True
-    while grew:  # descendants (uvicorn's and Celery's worker processes)
-        grew = False
-        for pid, (_, ppid, _) in procs.items():
-            if ppid in owner and pid not in owner:
-                owner[pid] = owner[ppid]
-                grew = True
-    parts = dict.fromkeys(
-        ["control_plane", *CONTROL_PLANE, *roots, "postgres", "redis", "bench"], 0
+    """CPU seconds so far by part: the control plane's processes in all and each by name, each
+    of `roots` with its descendants, PostgreSQL, Redis, the benchmark and the machine."""
+    return _cpu_parts(
+        roots,
+        {
+            "control_plane": CONTROL_PLANE,
+            **{name: (name,) for name in CONTROL_PLANE},
+            "postgres": ("postgres",),
+            "redis": ("redis-server",),
+        },
     )
-    for pid, (comm, _, ticks) in procs.items():
-        if comm.startswith(CONTROL_PLANE):
-            parts["control_plane"] += ticks
-            parts[next(name for name in CONTROL_PLANE if comm.startswith(name))] += ticks
-        elif pid in owner:
-            parts[owner[pid]] += ticks
-        elif comm.startswith("postgres"):
-            parts["postgres"] += ticks
-        elif comm.startswith("redis-server"):
-            parts["redis"] += ticks
-        elif pid == os.getpid():
-            parts["bench"] += ticks
-    cpu = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
-    parts["machine"] = sum(int(v) for v in cpu[:3] + cpu[5:8])  # all but idle and iowait
-    return {k: v / os.sysconf("SC_CLK_TCK") for k, v in parts.items()}
-
-
-def cpu_per_job(before: dict, after: dict, n: int) -> dict:
-    """Milliseconds of CPU per job by part between two `cpu_parts` readings."""
-    return {k: round((after[k] - before[k]) * 1000 / n, 1) for k in before}
 
 
 def settle(timeout: float = 30.0) -> float:

@@ -36,6 +36,8 @@ from _common import (
     VAR,
     Proc,
     SectionTimer,
+    cpu_parts,
+    cpu_per_job,
     django_setup,
     ensure_tenant,
     environment,
@@ -45,6 +47,7 @@ from _common import (
     pyspy_start,
     pyspy_stop,
     pyspy_summary,
+    run_as,
     start_web,
     stop_all,
 )
@@ -67,6 +70,17 @@ PASSES = 7  # reconcile passes measured per case; the least RPC count is reporte
 SBATCH = shutil.which("sbatch") or "/usr/bin/sbatch"
 # Names of the Slurm jobs this benchmark submits (used only to scancel leftovers of a killed run).
 OUR_NAME = re.compile(r"^bench-(\d+|sbatch-\d+|restd-\d+|rpc-\d+)$")
+# Processes whose CPU a Torus round is charged by name (beside the web server and the worker,
+# counted by pid with their children): the privileged helper, Slurm's daemons, the stores.
+CPU_BY_COMM = {
+    "helper": ("torus_helperd",),
+    "slurmrestd": ("slurmrestd",),
+    "slurmctld": ("slurmctld",),
+    "slurmd": ("slurmd", "slurmstepd"),
+    "munged": ("munged",),
+    "postgres": ("postgres",),
+    "redis": ("redis-server",),
+}
 
 
 # -- environment ---------------------------------------------------------------------------
@@ -317,6 +331,8 @@ def torus_phase(
     names = [f"{prefix}-{i}" for i in range(n)]
     since = timezone.now()
     log(f"{label}: POST {n} jobs with {threads} client thread(s)")
+    roots = ctx.get("cpu_roots", {})
+    cpu_before = cpu_parts(roots, CPU_BY_COMM)
     t0 = time.perf_counter()
     pool, results = post_jobs(port, ctx["token"], project.pk, names, threads, command, batch)
     phase = JobAttempt.objects.filter(job__project=project, job__created_at__gte=since)
@@ -345,6 +361,7 @@ def torus_phase(
                 raise RuntimeError(f"{label}: dispatch stalled at {with_id} of {accepted}")
         time.sleep(POLL_S)
     elapsed = time.perf_counter() - t0
+    cpu = cpu_per_job(cpu_before, cpu_parts(roots, CPU_BY_COMM), n)
     latencies = [r[0] * 1000 for r in results if r]
     errors = sum(1 for r in results if not r or r[1] != 201)
     job_ids = [r[2] for r in results if r and r[2]]
@@ -374,15 +391,29 @@ def torus_phase(
         "http_errors": errors,
         "rejected": phase.filter(state=AttemptState.FAILED, backend_id="").count(),
         "dispatch_kicks": kicks,
+        # CPU of each part while the round ran (from the first POST to the last Slurm id);
+        # "platform" is the web server, the worker and the helper together
+        "cpu_ms_per_job": {
+            **cpu,
+            "platform": round(sum(cpu.get(k, 0) for k in ("web", "worker", "helper")), 2),
+        },
     }
     log(
         f"{label}: {elapsed:.2f} s ({n / elapsed:.1f} jobs/s); API done at "
         f"{out['api_seconds']:.2f} s; latency p50 {out['api_latency_ms'].get('p50')} ms "
         f"p95 {out['api_latency_ms'].get('p95')} ms; dispatcher "
-        f"{out['dispatcher_jobs_per_second']} jobs/s; errors {errors}"
+        f"{out['dispatcher_jobs_per_second']} jobs/s; errors {errors}; CPU ms/job "
+        f"{json.dumps(out['cpu_ms_per_job'])}"
     )
     out["_job_ids"] = job_ids
     return out
+
+
+def serve(ctx, worker: Proc, logdir: Path, **kwargs) -> tuple[Proc, int]:
+    """A fresh web server (start_web), whose CPU and the worker's the next rounds count."""
+    web, port = start_web(logdir, **kwargs)
+    ctx["cpu_roots"] = {"web": web.popen.pid, "worker": worker.popen.pid}
+    return web, port
 
 
 def warm_up(ctx, port: int) -> None:
@@ -400,7 +431,7 @@ def plain_http_ab(ctx, worker: Proc, logdir: Path, n: int, workers: int) -> dict
     runs: dict[str, list] = {"wsgi": [], "asgi": []}
     for side in ("wsgi", "asgi", "asgi", "wsgi"):
         env = {"TORUS_PLAIN_HTTP_THREADS": "0"} if side == "asgi" else None
-        web, port = start_web(logdir, workers=workers, name=f"web-ab-{side}", env=env)
+        web, port = serve(ctx, worker, logdir, workers=workers, name=f"web-ab-{side}", env=env)
         warm_up(ctx, port)
         run = torus_phase(ctx, port, n, 8, f"plain HTTP A/B: {side}")
         finish_torus_jobs(ctx, run.pop("_job_ids"))
@@ -717,7 +748,178 @@ MARKERS = [
 ]
 
 
+def cpu_only(ctx, worker: Proc, logdir: Path, n: int, metrics: dict) -> dict:
+    """--cpu-only: the headline round alone (one uvicorn worker, 8 client threads), for the
+    CPU each part of the platform spends per submitted job."""
+    web, port = serve(ctx, worker, logdir, workers=1)
+    warm_up(ctx, port)
+    run = torus_phase(ctx, port, n, 8, "torus (uvicorn --workers 1, 8 threads)")
+    finish_torus_jobs(ctx, run.pop("_job_ids"))
+    web.stop()
+    metrics.update({"run": run, "environment_end": environment()})
+    return {"benchmark": "submit", "metrics": metrics, "peers": {}, "ratios": {}}
+
+
 # -- main ------------------------------------------------------------------------------------------
+
+
+def full_run(
+    ctx,
+    worker: Proc,
+    logdir: Path,
+    workdir: Path,
+    n: int,
+    args,
+    metrics: dict,
+    slurm_ids: list[str],
+) -> dict:
+    """The whole benchmark: the peers, Torus in every configuration, the reconcile RPCs."""
+    # ---- peers first (then Torus; the sbatch loop again at the end, for drift)
+    sb = sbatch_loop(n, workdir)
+    slurm_ids += sb["_ids"]
+    scancel(sb.pop("_ids"))
+    wait_gone(slurm_ids)
+    seq = restd(n, 1)
+    slurm_ids += seq["_ids"]
+    scancel(seq.pop("_ids"))
+    wait_gone(slurm_ids)
+    par = restd(n, 8)
+    slurm_ids += par["_ids"]
+    scancel(par.pop("_ids"))
+    wait_gone(slurm_ids)
+
+    # ---- Torus: uvicorn 1 worker vs 2, 8 client threads
+    runs = {}
+    for workers in (1, 2):
+        web, port = serve(ctx, worker, logdir, workers=workers)
+        warm_up(ctx, port)
+        offset = worker.log_path.stat().st_size
+        run = torus_phase(ctx, port, n, 8, f"torus (uvicorn --workers {workers}, 8 threads)")
+        run["dispatch_tasks"] = dispatch_passes(worker, offset)
+        runs[workers] = run
+        finish_torus_jobs(ctx, run.pop("_job_ids"))
+        web.stop()
+    best = min(runs, key=lambda w: runs[w]["seconds"])
+    head = runs[best]
+    other = runs[3 - best]["seconds"]
+    log(f"uvicorn --workers {best} is faster ({head['seconds']} s vs {other} s)")
+
+    # ---- Torus, 1 client thread (with the faster web), then the reconcile RPC phases
+    web, port = serve(ctx, worker, logdir, workers=best)
+    warm_up(ctx, port)
+    offset = worker.log_path.stat().st_size
+    one = torus_phase(ctx, port, n, 1, f"torus (uvicorn --workers {best}, 1 thread)")
+    one["dispatch_tasks"] = dispatch_passes(worker, offset)
+    finish_torus_jobs(ctx, one.pop("_job_ids"))
+    # ---- Torus through POST /api/v1/jobs/batch (a sweep: 50 specs a request, 4 threads)
+    offset = worker.log_path.stat().st_size
+    batched = torus_phase(ctx, port, n, 4, "torus batch (50 jobs a request, 4 threads)", batch=50)
+    batched["dispatch_tasks"] = dispatch_passes(worker, offset)
+    finish_torus_jobs(ctx, batched.pop("_job_ids"))
+    spied = None
+    if args.py_spy:  # an extra run under the sampler, reported apart from the timings
+        spy = (
+            pyspy_start(web.popen.pid, logdir / "pyspy-web.txt"),
+            pyspy_start(worker.popen.pid, logdir / "pyspy-worker.txt"),
+        )
+        spied = torus_phase(ctx, port, n, 8, "torus under py-spy (not a headline figure)")
+        for proc in spy:
+            pyspy_stop(proc)
+        finish_torus_jobs(ctx, spied.pop("_job_ids"))
+    web.stop()
+    plain = plain_http_ab(ctx, worker, logdir, n, best)
+    web, port = serve(ctx, worker, logdir, workers=best)
+    rpc_n = rpc_phase(ctx, port, n)
+    rpc_10 = rpc_phase(ctx, port, 10)
+    web.stop()
+    sb_after = sbatch_loop(min(n, 100), workdir)
+    slurm_ids += sb_after["_ids"]
+    scancel(sb_after.pop("_ids"))
+    wait_gone(slurm_ids)
+    profile = profile_requests(ctx, 50)
+    # the profile's jobs go out through the worker too; wait for their ids, then end them
+    deadline = time.monotonic() + 60
+    while (
+        time.monotonic() < deadline
+        and active_bench_jobs(ctx["project"]).filter(attempts__backend_id="").exists()
+    ):
+        time.sleep(0.2)
+    finish_torus_jobs(ctx)
+
+    metrics.update(
+        {
+            "torus_seconds": head["seconds"],
+            "torus_jobs_per_second": head["jobs_per_second"],
+            "torus_seconds_1thread": one["seconds"],
+            "torus_batch_seconds": batched["seconds"],
+            "torus_batch_jobs_per_second": batched["jobs_per_second"],
+            "torus_batch_request_latency_ms": batched["api_latency_ms"],
+            "torus_jobs_per_second_1thread": one["jobs_per_second"],
+            "uvicorn_workers": best,
+            "torus_seconds_by_uvicorn_workers": {str(w): r["seconds"] for w, r in runs.items()},
+            "api_latency_ms": head["api_latency_ms"],
+            "api_latency_ms_first_tenth": head["api_latency_ms_first_tenth"],
+            "api_latency_ms_last_tenth": head["api_latency_ms_last_tenth"],
+            "api_latency_ms_1thread": one["api_latency_ms"],
+            "api_seconds": head["api_seconds"],
+            "api_seconds_1thread": one["api_seconds"],
+            "tail_after_last_post_seconds": head["tail_after_last_post_seconds"],
+            "submit_to_slurm_id_ms": head["submit_to_slurm_id_ms"],
+            "dispatcher_jobs_per_second": head["dispatcher_jobs_per_second"],
+            "dispatch_tasks": head["dispatch_tasks"],
+            "http_errors": head["http_errors"] + one["http_errors"],
+            "rejected": head["rejected"] + one["rejected"],
+            "dispatch_kicks": sum(r["dispatch_kicks"] for r in [*runs.values(), one]),
+            "runs": {f"workers{w}_threads8": r for w, r in runs.items()}
+            | {f"workers{best}_threads1": one},
+            "rpcs_per_reconcile_pass": rpc_n["rpcs_per_pass"],
+            "rpcs_per_reconcile_pass_at_10": rpc_10["rpcs_per_pass"],
+            "rpcs_per_reconcile_pass_net": rpc_n["rpcs_per_pass_net_of_background"],
+            "rpcs_per_reconcile_pass_net_at_10": rpc_10["rpcs_per_pass_net_of_background"],
+            "backend_calls_per_reconcile_pass": rpc_n["backend_calls_per_pass"],
+            "backend_calls_per_reconcile_pass_at_10": rpc_10["backend_calls_per_pass"],
+            "reconcile_stats_rpcs": rpc_n["stats_rpcs"],
+            "reconcile_stats_rpcs_at_10": rpc_10["stats_rpcs"],
+            "reconcile": {"at_n": rpc_n, "at_10": rpc_10},
+            "profile": profile,
+            "plain_http": plain,
+            "environment_end": environment(),
+        }
+    )
+    if args.py_spy:
+        metrics["py_spy"] = {
+            "run_seconds": spied["seconds"] if spied else None,
+            "web": pyspy_summary(logdir / "pyspy-web.txt", MARKERS),
+            "worker": pyspy_summary(logdir / "pyspy-worker.txt", MARKERS),
+        }
+    peers = {
+        "sbatch_loop_seconds": sb["seconds"],
+        "sbatch_loop_jobs_per_second": sb["jobs_per_second"],
+        "sbatch_loop_jobs_per_second_after_torus": sb_after["jobs_per_second"],
+        "restd_sequential_seconds": seq["seconds"],
+        "restd_sequential_jobs_per_second": seq["jobs_per_second"],
+        "restd_sequential_latency_ms": seq["latency_ms"],
+        "restd_8threads_seconds": par["seconds"],
+        "restd_8threads_jobs_per_second": par["jobs_per_second"],
+        "restd_8threads_latency_ms": par["latency_ms"],
+    }
+    ratios = {
+        "torus_vs_sbatch_loop": round(head["seconds"] / sb["seconds"], 3),
+        "torus_vs_restd_8threads": round(head["seconds"] / par["seconds"], 3),
+        "torus_vs_restd_sequential": round(head["seconds"] / seq["seconds"], 3),
+        "torus_1thread_vs_sbatch_loop": round(one["seconds"] / sb["seconds"], 3),
+        "torus_batch_vs_sbatch_loop": round(batched["seconds"] / sb["seconds"], 3),
+        "torus_batch_vs_restd_8threads": round(batched["seconds"] / par["seconds"], 3),
+        "rpcs_per_reconcile_pass_net_n_vs_10": round(
+            rpc_n["rpcs_per_pass_net_of_background"]
+            / max(1, rpc_10["rpcs_per_pass_net_of_background"]),
+            3,
+        ),
+        "rpcs_per_reconcile_pass_n_vs_10": round(
+            rpc_n["rpcs_per_pass"] / max(1, rpc_10["rpcs_per_pass"]), 3
+        ),
+    }
+    return {"benchmark": "submit", "metrics": metrics, "peers": peers, "ratios": ratios}
 
 
 def main() -> int:
@@ -728,7 +930,19 @@ def main() -> int:
         "--py-spy", action="store_true", help="sample web+worker in the headline run"
     )
     parser.add_argument("--keep-logs", action="store_true", help="keep the temporary log folder")
+    parser.add_argument(
+        "--cpu-only",
+        action="store_true",
+        help="only the headline Torus round (no peers): its CPU per job by process",
+    )
+    parser.add_argument(
+        "--platform-user",
+        default="torus" if os.geteuid() == 0 else "root",
+        help="the account the web server and worker run as (default torus, as scripts/portal"
+        " runs them; root: as this process, as the portal ran its worker before issue 33)",
+    )
     args = parser.parse_args()
+    run_as(args.platform_user)
     n = args.jobs or (100 if args.quick else 500)
     logdir = Path(tempfile.mkdtemp(prefix="torus-bench-submit-"))
     workdir = logdir / "sbatch-cwd"
@@ -755,156 +969,11 @@ def main() -> int:
         finish_torus_jobs(ctx)
         worker = start_worker(logdir)
         metrics: dict = {"jobs": n, "environment_start": environment()}
-        peers: dict = {}
 
-        # ---- peers first (then Torus; the sbatch loop again at the end, for drift)
-        sb = sbatch_loop(n, workdir)
-        slurm_ids += sb["_ids"]
-        scancel(sb.pop("_ids"))
-        wait_gone(slurm_ids)
-        seq = restd(n, 1)
-        slurm_ids += seq["_ids"]
-        scancel(seq.pop("_ids"))
-        wait_gone(slurm_ids)
-        par = restd(n, 8)
-        slurm_ids += par["_ids"]
-        scancel(par.pop("_ids"))
-        wait_gone(slurm_ids)
-
-        # ---- Torus: uvicorn 1 worker vs 2, 8 client threads
-        runs = {}
-        for workers in (1, 2):
-            web, port = start_web(logdir, workers=workers)
-            warm_up(ctx, port)
-            offset = worker.log_path.stat().st_size
-            run = torus_phase(ctx, port, n, 8, f"torus (uvicorn --workers {workers}, 8 threads)")
-            run["dispatch_tasks"] = dispatch_passes(worker, offset)
-            runs[workers] = run
-            finish_torus_jobs(ctx, run.pop("_job_ids"))
-            web.stop()
-        best = min(runs, key=lambda w: runs[w]["seconds"])
-        head = runs[best]
-        other = runs[3 - best]["seconds"]
-        log(f"uvicorn --workers {best} is faster ({head['seconds']} s vs {other} s)")
-
-        # ---- Torus, 1 client thread (with the faster web), then the reconcile RPC phases
-        web, port = start_web(logdir, workers=best)
-        warm_up(ctx, port)
-        offset = worker.log_path.stat().st_size
-        one = torus_phase(ctx, port, n, 1, f"torus (uvicorn --workers {best}, 1 thread)")
-        one["dispatch_tasks"] = dispatch_passes(worker, offset)
-        finish_torus_jobs(ctx, one.pop("_job_ids"))
-        # ---- Torus through POST /api/v1/jobs/batch (a sweep: 50 specs a request, 4 threads)
-        offset = worker.log_path.stat().st_size
-        batched = torus_phase(
-            ctx, port, n, 4, "torus batch (50 jobs a request, 4 threads)", batch=50
-        )
-        batched["dispatch_tasks"] = dispatch_passes(worker, offset)
-        finish_torus_jobs(ctx, batched.pop("_job_ids"))
-        spied = None
-        if args.py_spy:  # an extra run under the sampler, reported apart from the timings
-            spy = (
-                pyspy_start(web.popen.pid, logdir / "pyspy-web.txt"),
-                pyspy_start(worker.popen.pid, logdir / "pyspy-worker.txt"),
-            )
-            spied = torus_phase(ctx, port, n, 8, "torus under py-spy (not a headline figure)")
-            for proc in spy:
-                pyspy_stop(proc)
-            finish_torus_jobs(ctx, spied.pop("_job_ids"))
-        web.stop()
-        plain = plain_http_ab(ctx, worker, logdir, n, best)
-        web, port = start_web(logdir, workers=best)
-        rpc_n = rpc_phase(ctx, port, n)
-        rpc_10 = rpc_phase(ctx, port, 10)
-        web.stop()
-        sb_after = sbatch_loop(min(n, 100), workdir)
-        slurm_ids += sb_after["_ids"]
-        scancel(sb_after.pop("_ids"))
-        wait_gone(slurm_ids)
-        profile = profile_requests(ctx, 50)
-        # the profile's jobs go out through the worker too; wait for their ids, then end them
-        deadline = time.monotonic() + 60
-        while (
-            time.monotonic() < deadline
-            and active_bench_jobs(ctx["project"]).filter(attempts__backend_id="").exists()
-        ):
-            time.sleep(0.2)
-        finish_torus_jobs(ctx)
-
-        metrics.update(
-            {
-                "torus_seconds": head["seconds"],
-                "torus_jobs_per_second": head["jobs_per_second"],
-                "torus_seconds_1thread": one["seconds"],
-                "torus_batch_seconds": batched["seconds"],
-                "torus_batch_jobs_per_second": batched["jobs_per_second"],
-                "torus_batch_request_latency_ms": batched["api_latency_ms"],
-                "torus_jobs_per_second_1thread": one["jobs_per_second"],
-                "uvicorn_workers": best,
-                "torus_seconds_by_uvicorn_workers": {str(w): r["seconds"] for w, r in runs.items()},
-                "api_latency_ms": head["api_latency_ms"],
-                "api_latency_ms_first_tenth": head["api_latency_ms_first_tenth"],
-                "api_latency_ms_last_tenth": head["api_latency_ms_last_tenth"],
-                "api_latency_ms_1thread": one["api_latency_ms"],
-                "api_seconds": head["api_seconds"],
-                "api_seconds_1thread": one["api_seconds"],
-                "tail_after_last_post_seconds": head["tail_after_last_post_seconds"],
-                "submit_to_slurm_id_ms": head["submit_to_slurm_id_ms"],
-                "dispatcher_jobs_per_second": head["dispatcher_jobs_per_second"],
-                "dispatch_tasks": head["dispatch_tasks"],
-                "http_errors": head["http_errors"] + one["http_errors"],
-                "rejected": head["rejected"] + one["rejected"],
-                "dispatch_kicks": sum(r["dispatch_kicks"] for r in [*runs.values(), one]),
-                "runs": {f"workers{w}_threads8": r for w, r in runs.items()}
-                | {f"workers{best}_threads1": one},
-                "rpcs_per_reconcile_pass": rpc_n["rpcs_per_pass"],
-                "rpcs_per_reconcile_pass_at_10": rpc_10["rpcs_per_pass"],
-                "rpcs_per_reconcile_pass_net": rpc_n["rpcs_per_pass_net_of_background"],
-                "rpcs_per_reconcile_pass_net_at_10": rpc_10["rpcs_per_pass_net_of_background"],
-                "backend_calls_per_reconcile_pass": rpc_n["backend_calls_per_pass"],
-                "backend_calls_per_reconcile_pass_at_10": rpc_10["backend_calls_per_pass"],
-                "reconcile_stats_rpcs": rpc_n["stats_rpcs"],
-                "reconcile_stats_rpcs_at_10": rpc_10["stats_rpcs"],
-                "reconcile": {"at_n": rpc_n, "at_10": rpc_10},
-                "profile": profile,
-                "plain_http": plain,
-                "environment_end": environment(),
-            }
-        )
-        if args.py_spy:
-            metrics["py_spy"] = {
-                "run_seconds": spied["seconds"] if spied else None,
-                "web": pyspy_summary(logdir / "pyspy-web.txt", MARKERS),
-                "worker": pyspy_summary(logdir / "pyspy-worker.txt", MARKERS),
-            }
-        peers = {
-            "sbatch_loop_seconds": sb["seconds"],
-            "sbatch_loop_jobs_per_second": sb["jobs_per_second"],
-            "sbatch_loop_jobs_per_second_after_torus": sb_after["jobs_per_second"],
-            "restd_sequential_seconds": seq["seconds"],
-            "restd_sequential_jobs_per_second": seq["jobs_per_second"],
-            "restd_sequential_latency_ms": seq["latency_ms"],
-            "restd_8threads_seconds": par["seconds"],
-            "restd_8threads_jobs_per_second": par["jobs_per_second"],
-            "restd_8threads_latency_ms": par["latency_ms"],
-        }
-        ratios = {
-            "torus_vs_sbatch_loop": round(head["seconds"] / sb["seconds"], 3),
-            "torus_vs_restd_8threads": round(head["seconds"] / par["seconds"], 3),
-            "torus_vs_restd_sequential": round(head["seconds"] / seq["seconds"], 3),
-            "torus_1thread_vs_sbatch_loop": round(one["seconds"] / sb["seconds"], 3),
-            "torus_batch_vs_sbatch_loop": round(batched["seconds"] / sb["seconds"], 3),
-            "torus_batch_vs_restd_8threads": round(batched["seconds"] / par["seconds"], 3),
-            "rpcs_per_reconcile_pass_net_n_vs_10": round(
-                rpc_n["rpcs_per_pass_net_of_background"]
-                / max(1, rpc_10["rpcs_per_pass_net_of_background"]),
-                3,
-            ),
-            "rpcs_per_reconcile_pass_n_vs_10": round(
-                rpc_n["rpcs_per_pass"] / max(1, rpc_10["rpcs_per_pass"]), 3
-            ),
-        }
-        result = {"benchmark": "submit", "metrics": metrics, "peers": peers, "ratios": ratios}
+        if args.cpu_only:
+            result = cpu_only(ctx, worker, logdir, n, metrics)
+        else:
+            result = full_run(ctx, worker, logdir, workdir, n, args, metrics, slurm_ids)
     except KeyboardInterrupt:
         log("interrupted; cleaning up")
         result = None
