@@ -37,7 +37,8 @@ ALIAS_RE = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
 
 # Set by the platform for every process; a job may not override them.
 RESERVED_ENV = {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "NODE_RANK", "LOCAL_RANK"}
-RESERVED_ENV_PREFIXES = ("SLURM_", "TORUS_")
+# SBATCH_/SRUN_/SALLOC_ are read as options by Slurm's commands (in the job too: srun).
+RESERVED_ENV_PREFIXES = ("SLURM_", "TORUS_", "SBATCH_", "SRUN_", "SALLOC_")
 RETRYABLE = ("node_failure", "preemption")
 
 # Keys that ask for more than a job gets: refused wherever they appear in a spec, with the
