@@ -18,6 +18,7 @@ from pathlib import Path
 from django.conf import settings
 
 TOKEN_MARGIN_SECONDS = 300  # a cached Slurm token is renewed this long before it expires
+DIRS_PER_REQUEST = 32  # the helper's limit
 
 
 class HelperError(Exception):
@@ -86,9 +87,13 @@ def _call(request: dict, *, timeout: float = 30.0) -> dict:
 
 
 def directories_make(*, dirs: list[Directory]) -> list[str]:
-    """Make (or put right) each directory in order, in one request: the paths changed."""
-    request = {"verb": "dirs", "dirs": [asdict(d) for d in dirs]}
-    return _call(request)["changed"]
+    """Make (or put right) each directory in order, in one request (one per 32): the paths
+    changed."""
+    changed = []
+    for start in range(0, len(dirs), DIRS_PER_REQUEST):
+        chunk = [asdict(d) for d in dirs[start : start + DIRS_PER_REQUEST]]
+        changed += _call({"verb": "dirs", "dirs": chunk})["changed"]
+    return changed
 
 
 def directory_make(

@@ -15,11 +15,11 @@ take the project's group (setgid directories), and the platform's unprivileged a
 
 import os
 import pwd
-import subprocess
 from pathlib import Path
 
 from django.conf import settings
 
+from apps.identity import privileged
 from apps.tenancy.models import Project, Tenant
 
 
@@ -46,71 +46,48 @@ def _platform_uid() -> int:
         ) from exc
 
 
-def _setfacl(path: Path, spec: str) -> None:
-    result = subprocess.run(  # noqa: S603 (argv list; the spec names only the platform's uid)
-        ["setfacl", "-m", spec, str(path)],  # noqa: S607
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    if result.returncode != 0:
-        raise StorageError(f"setfacl on {path}: {result.stderr.strip()}")
-
-
-def _half_made(path: Path, *, uid: int) -> bool:
-    """Made by us (mode 0700, our uid) but never handed to `uid`: a dispatcher killed between
-    the mkdir and the chown. Finished now, or the job could not write to it. (The
-    permission bits only: under a setgid parent the new directory has the bit too.)"""
-    st = path.lstat()
-    return st.st_uid == os.geteuid() != uid and st.st_mode & 0o777 == 0o700
-
-
-def _directory(path: Path, *, uid: int, gid: int, mode: int, enforce: bool = False) -> None:
-    """Create path (not its parents) owned uid:gid with mode. An existing directory keeps
-    what it has unless `enforce`; a symlink or anything but a directory there is refused."""
+def _make(dirs: list[privileged.Directory]) -> None:
+    """The directories, in order, in one request to the privileged helper: made from the
+    root's descriptor one component at a time, owners and modes set on descriptors."""
     try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        if path.is_symlink() or not path.is_dir():
-            raise StorageError(f"{path} exists and is not a directory") from None
-        if not enforce and not _half_made(path, uid=uid):
-            return
-    except OSError as exc:
-        raise StorageError(f"cannot make {path}: {exc.strerror}") from exc
-    os.chown(path, uid, gid, follow_symlinks=False)
-    os.chmod(path, mode)
+        privileged.directories_make(dirs=dirs)
+    except privileged.HelperError as exc:
+        raise StorageError(str(exc)) from exc
 
 
 def project_tree_ensure(*, project: Project, tenant_gid: int, project_gid: int) -> Path:
     """The tenant's and the project's directories, made once with their groups and ACLs."""
-    root = Path(settings.TORUS_JOB_ROOT)
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise StorageError(f"cannot make the job root {root}: {exc.strerror}") from exc
     platform = _platform_uid()
     tenant_dir, project_dir = tenant_root(project.tenant), project_root(project)
     # owners, modes and ACLs are set every time: a directory someone made another way is
     # put right before a job relies on it
-    for path, gid, mode, acl in (
-        (tenant_dir, tenant_gid, 0o2750, f"u:{platform}:r-x"),
-        (project_dir, project_gid, 0o2770, f"u:{platform}:r-x,d:u:{platform}:r-X"),
-        (project_dir / "jobs", project_gid, 0o2750, f"u:{platform}:r-x,d:u:{platform}:r-X"),
-    ):
-        _directory(path, uid=0, gid=gid, mode=mode, enforce=True)
-        _setfacl(path, acl)
-    # datasets and model files: written by the platform account, read by the project's jobs
-    for name in ("datasets", "models"):
-        _directory(project_dir / name, uid=platform, gid=project_gid, mode=0o2750, enforce=True)
+    Dir = privileged.Directory
+    dirs = [
+        Dir(settings.TORUS_JOB_ROOT, 0, 0, 0o755),
+        Dir(str(tenant_dir), 0, tenant_gid, 0o2750, platform_acl=True, enforce=True),
+        *(
+            Dir(str(path), 0, project_gid, mode, platform_acl=True, default_acl=True, enforce=True)
+            for path, mode in ((project_dir, 0o2770), (project_dir / "jobs", 0o2750))
+        ),
+        # datasets and model files: written by the platform account, read by the project's jobs
+        *(
+            Dir(str(project_dir / name), platform, project_gid, 0o2750, enforce=True)
+            for name in ("datasets", "models")
+        ),
+    ]
+    _make(dirs)
     return project_dir
 
 
 def job_tree_ensure(*, job_dir: Path, attempt_dir: Path, checkpoint_dir: Path, uid: int, gid: int):
     """A job's directory, its checkpoints and this attempt's log directory, owned by the
-    job's user: checkpoints, outputs and log files alike."""
-    for path in (job_dir, checkpoint_dir, attempt_dir):
-        _directory(path, uid=uid, gid=gid, mode=0o2750)
+    job's user: checkpoints, outputs and log files alike (one request to the helper)."""
+    _make(
+        [
+            privileged.Directory(str(path), uid, gid, 0o2750)
+            for path in (job_dir, checkpoint_dir, attempt_dir)
+        ]
+    )
 
 
 def allowed_roots(tenant: Tenant) -> list[Path]:

@@ -7,9 +7,9 @@ them read-only in the node's cache or points the job at shared storage.
                  /datasets-<node>.env      TORUS_DATASET_<AS>=<path>, written by the stager
                  /dataset-cache-<node>.json  its report: hits, misses, bytes staged
 
-The node cache (settings.TORUS_DATASET_CACHE_ROOT) is made here, by the root worker, for
-every node of the cluster; other tenants cannot traverse it and only the user's jobs read
-their subtree:
+The node cache (settings.TORUS_DATASET_CACHE_ROOT) is made here, through the privileged
+helper (apps/identity/privileged.py), for every node of the cluster; other tenants cannot
+traverse it and only the user's jobs read their subtree:
 
     <cache root>/<node>/                  root            0755
       <tenant>/                           root:t-<tenant> 0750
@@ -19,9 +19,7 @@ their subtree:
 
 import json
 import math
-import os
 import re
-import shutil
 import stat
 import uuid
 from pathlib import Path
@@ -35,7 +33,8 @@ from apps.compute.models import Backend as BackendKind
 from apps.compute.models import Cluster
 from apps.core.actor import Actor
 from apps.datasets.models import DatasetFile, DatasetVersion, VersionState
-from apps.identity.storage import StorageError
+from apps.identity import privileged, tree
+from apps.identity.storage import StorageError, tenant_root
 from apps.jobs import paths
 from apps.jobs.models import DatasetStage, JobAttempt
 
@@ -44,6 +43,7 @@ REF_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]{0,63}):([1-9][0-9]{0,8})$")
 NODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 URL_SECONDS = 7 * 24 * 3600  # the longest an S3 presigned URL may live
 REPORT_MAX_BYTES = 256 * 1024
+REPORT_RE = re.compile(r"^dataset-cache-.+\.json$")
 
 
 def version_problem(ref: str) -> str | None:
@@ -86,19 +86,6 @@ def plan_path(job, number: int) -> Path:
     return paths.attempt_dir(job, number) / "datasets.json"
 
 
-def _directory(path: Path, *, uid: int, gid: int, mode: int) -> None:
-    try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        info = os.lstat(path)
-        if not stat.S_ISDIR(info.st_mode):
-            raise StorageError(f"{path} exists and is not a directory") from None
-    except OSError as exc:
-        raise StorageError(f"cannot make {path}: {exc.strerror}") from exc
-    os.chown(path, uid, gid, follow_symlinks=False)
-    os.chmod(path, mode)
-
-
 def cache_dir_template(job, identity) -> str:
     """The user's cache subtree on a node, with '{node}' for the node's name."""
     root = Path(settings.TORUS_DATASET_CACHE_ROOT)
@@ -107,23 +94,27 @@ def cache_dir_template(job, identity) -> str:
 
 def cache_dirs_ensure(*, cluster: Cluster, job, identity) -> None:
     """The user's cache subtree on every node of the cluster (here the nodes share this
-    machine's disk; on a site with many machines the same runs on each node)."""
+    machine's disk; on a site with many machines the same runs on each node), made by the
+    privileged helper in one request."""
     root = Path(settings.TORUS_DATASET_CACHE_ROOT)
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        os.chmod(root, 0o755)  # noqa: S103 (jobs of every tenant enter their subtree)
-    except OSError as exc:
-        raise StorageError(f"cannot make the dataset cache root {root}: {exc.strerror}") from exc
+    Dir = privileged.Directory
+    dirs = [Dir(str(root), 0, 0, 0o755)]  # jobs of every tenant enter their subtree
     for name in cluster.nodes.values_list("name", flat=True):
         if not NODE_RE.match(name):
             continue
         node = root / name
-        _directory(node, uid=0, gid=0, mode=0o755)
         tenant = node / job.tenant.slug
-        _directory(tenant, uid=0, gid=identity.tenant_gid, mode=0o750)
         project = tenant / job.project.slug
-        _directory(project, uid=0, gid=identity.gid, mode=0o750)
-        _directory(project / str(identity.uid), uid=identity.uid, gid=identity.gid, mode=0o700)
+        dirs += [
+            Dir(str(node), 0, 0, 0o755, enforce=True),
+            Dir(str(tenant), 0, identity.tenant_gid, 0o750, enforce=True),
+            Dir(str(project), 0, identity.gid, 0o750, enforce=True),
+            Dir(str(project / str(identity.uid)), identity.uid, identity.gid, 0o700, enforce=True),
+        ]
+    try:
+        privileged.directories_make(dirs=dirs)
+    except privileged.HelperError as exc:
+        raise StorageError(f"the dataset cache's directories: {exc}") from exc
 
 
 def _version_entry(version: DatasetVersion, ref: dict, files: list[dict]) -> dict:
@@ -193,34 +184,29 @@ def attempt_datasets_prepare(*, attempt: JobAttempt, cluster: Cluster, identity)
         "datasets": [_version_entry(versions[r["version"]], r, files[r["version"]]) for r in refs],
     }
     target = plan_path(job, attempt.number)
-    for path, write in (
-        (target, lambda p: p.write_text(json.dumps(plan))),
-        (target.with_name("stager.py"), lambda p: shutil.copyfile(STAGER, p)),
-    ):
-        tmp = path.with_name(f".{path.name}.tmp")
-        try:
-            tmp.unlink(missing_ok=True)
-            write(tmp)
-            os.chown(tmp, identity.uid, identity.gid)
-            os.chmod(tmp, 0o440)
-            os.replace(tmp, path)
-        except OSError as exc:
-            raise StorageError(f"cannot write {path}: {exc.strerror}") from exc
+    # written into the attempt's directory (the user's) by the helper, read-only to the user
+    try:
+        privileged.files_write(
+            files=[
+                (target, json.dumps(plan).encode()),
+                (target.with_name("stager.py"), STAGER.read_bytes()),
+            ],
+            uid=identity.uid,
+            gid=identity.gid,
+            mode=0o440,
+        )
+    except (OSError, privileged.HelperError) as exc:
+        raise StorageError(f"cannot write {target}: {exc}") from exc
     attempt.dataset_versions.set(list(versions.values()))
     return target
 
 
-def _read_report(path: Path) -> dict | None:
-    """A stager's report, written by the job's user: no symlinks, bounded, checked."""
+def _read_report(dir_fd: int, name: str) -> dict | None:
+    """A stager's report, written by the job's user: read below the attempt's directory with
+    no link followed (apps/identity/tree.py), bounded, checked."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        raw = tree.read_small(dir_fd, name, limit=REPORT_MAX_BYTES)
     except OSError:
-        return None
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            return None
-        raw = handle.read(REPORT_MAX_BYTES + 1)
-    if len(raw) > REPORT_MAX_BYTES:
         return None
     try:
         report = json.loads(raw)
@@ -252,13 +238,18 @@ def dataset_stages_record(*, attempt: JobAttempt) -> list[DatasetStage]:
         return []
     directory = paths.attempt_dir(attempt.job, attempt.number)
     stages = []
-    try:
-        names = sorted(p.name for p in directory.glob("dataset-cache-*.json"))
+    try:  # the attempt's directory from the tenant's root, no link followed on the way
+        with tree.opened(tenant_root(attempt.job.tenant), directory, directory=True) as fd:
+            listed = tree.entries(fd)
+            reports = {
+                name: _read_report(fd, name)
+                for name, info in listed
+                if stat.S_ISREG(info.st_mode) and REPORT_RE.match(name)
+            }
     except OSError:
         return []
-    for name in names:
+    for name, report in sorted(reports.items()):
         node = name[len("dataset-cache-") : -len(".json")]
-        report = _read_report(directory / name)
         if report is None or not NODE_RE.match(node):
             continue
         seconds = report.get("seconds")

@@ -4,13 +4,13 @@ subtree on a node go first when the node as a whole is over TORUS_DATASET_CACHE_
 Each user's subtree keeps its own limit (the stager's, TORUS_DATASET_CACHE_BYTES); only root
 sees every subtree of a node. The sweep runs as root in the worker, at dispatch (before the
 attempt's stager may add to the node) for every node of the cluster, as `cache_dirs_ensure`
-does. Root only reads here, without following a link (sizes, and when each version was last
-used); each eviction is done by the subtree's own user (`stager.py evict`, under that
-subtree's locks and leases), so a link planted in a subtree reaches nothing its user could
-not reach anyway.
+does. It only reads here, through the one reader of tenants' trees (apps/identity/tree.py:
+from the node's directory, no link followed; sizes, and when each version was last used);
+each eviction is done by the subtree's own user (`stager.py evict`, under that subtree's
+locks and leases), so a link planted in a subtree reaches nothing its user could not reach
+anyway.
 """
 
-import json
 import logging
 import os
 import stat
@@ -21,101 +21,76 @@ from django.conf import settings
 
 from apps.compute.backends.stager import ID_RE
 from apps.compute.models import Cluster
-from apps.jobs.datasets import NODE_RE, STAGER
+from apps.identity import privileged, tree
+from apps.jobs.datasets import NODE_RE
 
 logger = logging.getLogger(__name__)
 
-PYTHON = "/usr/bin/python3"
 
-
-def _real_dir(path: Path) -> os.stat_result | None:
+def _listing(root_fd: int, relative: str) -> list[tuple[str, os.stat_result]]:
+    """What a directory below the node's directory holds (lstat), reached through no link;
+    [] when it cannot be opened (a link, gone, not readable)."""
     try:
-        info = os.lstat(path)
+        with tree.opened(root_fd, relative, directory=True) as fd:
+            return tree.entries(fd)
     except OSError:
-        return None
-    return info if stat.S_ISDIR(info.st_mode) else None
+        return []
 
 
-def _subtrees(node_dir: Path) -> list[tuple[Path, os.stat_result]]:
+def _subtrees(node_fd: int, node_dir: Path) -> list[tuple[Path, os.stat_result]]:
     """<node>/<tenant>/<project>/<uid>: real directories owned by that uid, closed to others."""
     found = []
-    for tenant in os.scandir(node_dir):
-        if not tenant.is_dir(follow_symlinks=False):
+    for tenant, info in tree.entries(node_fd):
+        if not stat.S_ISDIR(info.st_mode):
             continue
-        for project in os.scandir(tenant.path):
-            if not project.is_dir(follow_symlinks=False):
+        for project, info in _listing(node_fd, tenant):
+            if not stat.S_ISDIR(info.st_mode):
                 continue
-            for user in os.scandir(project.path):
-                info = _real_dir(Path(user.path))
+            for user, info in _listing(node_fd, f"{tenant}/{project}"):
                 if (
-                    info is not None
-                    and user.name.isdigit()
-                    and info.st_uid == int(user.name) != 0
+                    stat.S_ISDIR(info.st_mode)
+                    and user.isdigit()
+                    and info.st_uid == int(user) != 0
                     and not info.st_mode & 0o077
                 ):
-                    found.append((Path(user.path), info))
+                    found.append((node_dir / tenant / project / user, info))
     return found
 
 
-def _used_bytes(subtree: Path) -> int:
-    total = 0
-    if not _real_dir(subtree / "blobs"):  # os.walk would follow a link at the top
-        return 0
-    for dirpath, _dirs, files in os.walk(subtree / "blobs"):  # links below are not followed
-        for name in files:
-            try:
-                info = os.lstat(os.path.join(dirpath, name))
-            except OSError:
-                continue
-            if stat.S_ISREG(info.st_mode):
-                total += info.st_size
-    return total
-
-
-def _versions(subtree: Path) -> list[tuple[float, str]]:
-    """(last used, version id) of the subtree's cached versions."""
-    if not _real_dir(subtree / "versions"):
-        return []
+def _used_bytes(node_fd: int, relative: str) -> int:
+    """The bytes of a subtree's blobs, walked from the node's directory without following a
+    link (one planted in a subtree is skipped, not counted)."""
     try:
-        entries = list(os.scandir(subtree / "versions"))
+        with tree.opened(node_fd, f"{relative}/blobs", directory=True) as fd:
+            walk = tree.walk_files(fd, links="skip", unreadable="skip")
+            return sum(entry.size for entry in walk)
     except OSError:
-        return []
+        return 0
+
+
+def _versions(node_fd: int, relative: str) -> list[tuple[float, str]]:
+    """(last used, version id) of the subtree's cached versions."""
     return [
-        (entry.stat(follow_symlinks=False).st_mtime, entry.name)
-        for entry in entries
-        if entry.is_dir(follow_symlinks=False) and ID_RE.match(entry.name)
+        (info.st_mtime, name)
+        for name, info in _listing(node_fd, f"{relative}/versions")
+        if stat.S_ISDIR(info.st_mode) and ID_RE.match(name)
     ]
 
 
 def _evict_as_owner(
     subtree: Path, info: os.stat_result, version_id: str, *, slurm_conf: str
 ) -> int | None:
-    """The subtree's user drops one version: the bytes freed, None when it was kept. It runs
-    with the groups of the directories above its subtree (the tenant's and the project's,
-    as its jobs do) and reads the stager from stdin (the node's python3, as the launcher
-    runs it; the platform's checkout need not be readable to it). `slurm_conf`: where its
-    `squeue` finds the cluster, to tell an ended job's lease from a live one."""
-    groups = sorted({os.lstat(subtree.parent).st_gid, os.lstat(subtree.parent.parent).st_gid})
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin"}
-    if slurm_conf:
-        env["SLURM_CONF"] = slurm_conf
-    result = subprocess.run(  # noqa: S603 (the stager, argv items only)
-        [PYTHON, "-I", "-", "evict", str(subtree), version_id],
-        input=STAGER.read_text(),
-        user=info.st_uid,
-        group=info.st_gid,
-        extra_groups=groups,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    if result.returncode != 0:
-        return None
+    """The subtree's user drops one version: the bytes freed, None when it was kept. The
+    privileged helper runs the stager (its own root-owned copy, on the node's python3's stdin)
+    as the subtree's owner, with the groups of the directories above it (the tenant's and the
+    project's, as its jobs have) and the site's slurm.conf from its own config (its `squeue`
+    tells an ended job's lease from a live one): `info` and `slurm_conf` are not sent, the
+    helper reads the owner from the directory itself."""
+    del info, slurm_conf
     try:
-        return json.loads(result.stdout)["freed"]
-    except (ValueError, KeyError):
+        return privileged.stager_evict(subtree=subtree, version_id=version_id)
+    except privileged.HelperError as exc:
+        logger.warning("dataset cache %s: version %s not evicted: %s", subtree, version_id, exc)
         return None
 
 
@@ -123,16 +98,25 @@ def node_sweep(*, node_dir: Path, cap: int, needed: int = 0, slurm_conf: str = "
     """Evict the node's least recently used versions, whichever user's, until its cached bytes
     plus `needed` fit under `cap` (or nothing more can go: the rest are leased or being
     staged). What it found and did."""
-    subtrees = _subtrees(node_dir) if _real_dir(node_dir) else []
-    before = after = sum(_used_bytes(path) for path, _info in subtrees)
-    evicted = 0
-    if before + needed > cap:
-        owners = dict(subtrees)
+    try:  # the node's directory from the cache root, itself no link
+        node_fd = tree.open_beneath(node_dir.parent, node_dir.name, directory=True)
+    except (FileNotFoundError, tree.TreeRefused, NotADirectoryError):
+        return {"bytes_before": 0, "bytes_after": 0, "evicted_versions": 0}
+    try:
+        subtrees = _subtrees(node_fd, node_dir)
+        before = after = sum(
+            _used_bytes(node_fd, str(path.relative_to(node_dir))) for path, _info in subtrees
+        )
         queue = sorted(
             (mtime, str(path), version_id)
             for path, _info in subtrees
-            for mtime, version_id in _versions(path)
+            for mtime, version_id in _versions(node_fd, str(path.relative_to(node_dir)))
         )
+    finally:
+        os.close(node_fd)
+    evicted = 0
+    if before + needed > cap:
+        owners = dict(subtrees)
         for _mtime, path, version_id in queue:
             if after + needed <= cap:
                 break

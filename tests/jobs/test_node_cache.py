@@ -6,10 +6,8 @@ follows no link planted in a subtree."""
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -20,17 +18,18 @@ from apps.jobs.datasets import STAGER
 from apps.jobs.node_cache import node_sweep
 
 NODE = "n1"
-USERS = {("acme", "vision", 2101), ("acme", "vision", 2102), ("globex", "nlp", 2103)}
+USERS = {("acme", "vision", 299101), ("acme", "vision", 299102), ("globex", "nlp", 299103)}
 
 
 @pytest.fixture
-def area():
-    """A node's cache root and shared storage, under a directory every uid may traverse."""
-    base = Path(tempfile.mkdtemp(prefix="torus-node-cache-", dir="/tmp"))
+def area(settings):
+    """A node's cache root (the test's own, below a root of the privileged helper, which runs
+    each eviction) and shared storage, where every uid may traverse."""
+    base = Path(settings.TORUS_DATASET_CACHE_ROOT)
+    base.mkdir(mode=0o755)
     os.chmod(base, 0o755)
     (base / "shared").mkdir(mode=0o755)
-    yield base
-    shutil.rmtree(base, ignore_errors=True)
+    return base
 
 
 def subtree(area: Path, tenant: str, project: str, uid: int) -> Path:
@@ -93,8 +92,8 @@ def test_the_node_drops_its_least_recently_used_versions_whoever_they_belong_to(
     lease.mkdir(mode=0o700, exist_ok=True)
     (lease / "pid-1.n1").touch()
     os.utime(lease / "pid-1.n1", (now + 3600, now + 3600))  # a job still reads it
-    os.chown(lease, 2103, 2103)
-    os.chown(lease / "pid-1.n1", 2103, 2103)
+    os.chown(lease, 299103, 299103)
+    os.chown(lease / "pid-1.n1", 299103, 299103)
 
     # under the cap: nothing goes
     assert node_sweep(node_dir=area / NODE, cap=5000)["evicted_versions"] == 0
@@ -106,14 +105,14 @@ def test_the_node_drops_its_least_recently_used_versions_whoever_they_belong_to(
     assert not {oldest_a, old_b, newer_a} & (cached(a) | cached(b))
     # the blobs went with them, and what is left is still each user's own
     assert not [p for p in (a / "blobs").rglob("*") if p.is_file()]
-    assert all(p.stat().st_uid == 2102 for p in [b, *b.rglob("*")])
+    assert all(p.stat().st_uid == 299102 for p in [b, *b.rglob("*")])
 
 
 def test_root_follows_no_link_planted_in_a_subtree(area):
     canary = area / "canary"
     canary.mkdir()
     (canary / "keep").write_text("x")
-    mine = subtree(area, "acme", "vision", 2101)
+    mine = subtree(area, "acme", "vision", 299101)
     version_id = staged(area, mine, 1000, time.time() - 100)
     # a "version" that is a link to a directory outside, older than the real one
     planted = mine / "versions" / str(uuid.uuid4())
@@ -121,11 +120,11 @@ def test_root_follows_no_link_planted_in_a_subtree(area):
     os.utime(planted, (1, 1), follow_symlinks=False)
     # a subtree that is a link, one not owned by the uid it is named for, and one whose
     # blobs and versions are links
-    (area / NODE / "acme" / "vision" / "2102").symlink_to(canary)
-    other = subtree(area, "acme", "vision", 2104)
-    os.chown(other, 2105, 2105)
-    linked = subtree(area, "globex", "nlp", 2106)
-    os.chown(linked, 2106, 2106)
+    (area / NODE / "acme" / "vision" / "299102").symlink_to(canary)
+    other = subtree(area, "acme", "vision", 299104)
+    os.chown(other, 299105, 299105)
+    linked = subtree(area, "globex", "nlp", 299106)
+    os.chown(linked, 299106, 299106)
     (linked / "blobs").symlink_to(canary)
     (linked / "versions").symlink_to(canary)
 
