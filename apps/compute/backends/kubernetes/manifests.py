@@ -1,6 +1,7 @@
 """Kubernetes objects as plain dicts (pure functions, no client calls). Every value that
 comes from outside is checked by `names` on its way in; the client sends these as JSON."""
 
+import ipaddress
 from pathlib import Path
 
 from apps.compute.backends.base import Submission, SubmitRejected
@@ -82,6 +83,52 @@ def network_policy(*, namespace: str) -> dict:
             "policyTypes": ["Ingress"],
             "ingress": [{"from": [{"podSelector": {}}]}],
         },
+    }
+
+
+# The cloud's instance metadata (AWS, GCP, Azure, OpenStack; AWS's IPv6 one): credentials of
+# the node's own role live there.
+METADATA_CIDRS = ("169.254.169.254/32", "fd00:ec2::254/128")
+EGRESS_POLICY = "torus-egress"
+
+
+def egress_policy(*, settings: KubeSettings, namespace: str, apiserver: list[str]) -> dict:
+    """What a tenant's pods may reach: DNS (UDP and TCP 53) on the cluster's DNS pods, the
+    pods of their own namespace, and the allowed networks (the internet by default: jobs
+    fetch packages and models) except the platform's networks, the apiserver (`apiserver`:
+    its Service address and endpoints) and the cloud metadata address. NetworkPolicy has no
+    deny rule: the denied networks are the `except` of each allowed block; an allowed
+    network inside a denied one is dropped."""
+    denied = [
+        ipaddress.ip_network(c) for c in (*METADATA_CIDRS, *settings.egress_deny_cidrs, *apiserver)
+    ]
+    blocks = []
+    for allowed in map(ipaddress.ip_network, settings.egress_allow_cidrs):
+        same = [d for d in denied if d.version == allowed.version]
+        if any(allowed.subnet_of(d) for d in same):
+            continue
+        inside = sorted({d for d in same if d.subnet_of(allowed)})
+        block = {"cidr": str(allowed)}
+        if inside:
+            block["except"] = [str(d) for d in inside]
+        blocks.append({"ipBlock": block})
+    dns = {
+        "namespaceSelector": {
+            "matchLabels": {"kubernetes.io/metadata.name": settings.dns_namespace}
+        },
+        "podSelector": {"matchLabels": dict(settings.dns_pod_labels)},
+    }
+    egress = [
+        {"to": [dns], "ports": [{"protocol": p, "port": 53} for p in ("UDP", "TCP")]},
+        {"to": [{"podSelector": {}}]},
+    ]
+    if blocks:
+        egress.append({"to": blocks})
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": EGRESS_POLICY, "namespace": namespace, "labels": MANAGED},
+        "spec": {"podSelector": {}, "policyTypes": ["Egress"], "egress": egress},
     }
 
 

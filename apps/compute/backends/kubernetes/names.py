@@ -5,6 +5,7 @@ client, so a value can never become YAML or JSON structure; these checks keep va
 the grammar the apiserver accepts, so nothing is half-created."""
 
 import hashlib
+import ipaddress
 import re
 
 from apps.compute.backends.base import SubmitRejected
@@ -125,3 +126,20 @@ def absolute_path(value: str, *, field: str) -> str:
 def within(path: str, root: str) -> bool:
     root = root.rstrip("/")
     return path == root or path.startswith(root + "/")
+
+
+def cidr(value: str, *, field: str) -> str:
+    """An IPv4 or IPv6 network in canonical form; a bare address is its /32 (/128). Host bits
+    set (10.0.0.1/24) are refused: an operator meant one of two things."""
+    if not isinstance(value, str):
+        raise InvalidValue(field, "must be a string")
+    try:
+        return str(ipaddress.ip_network(value.strip(), strict=True))
+    except ValueError as exc:
+        raise InvalidValue(field, f"{value!r} is not a network (address/prefix): {exc}") from exc
+
+
+def cidrs(values, *, field: str) -> tuple[str, ...]:
+    if not isinstance(values, (list, tuple)):
+        raise InvalidValue(field, "must be a list of networks")
+    return tuple(cidr(v, field=f"{field}[{i}]") for i, v in enumerate(values))

@@ -33,6 +33,13 @@ class KubeSettings:
     serving_image: str = ""
     serving_engine: str = ""
     serving_port: int = 8080
+    # Tenants' egress (manifests.egress_policy): these networks are allowed (the internet by
+    # default), less the denied ones, which always include the apiserver and the metadata
+    # address; DNS goes to the cluster's DNS pods.
+    egress_allow_cidrs: tuple[str, ...] = ("0.0.0.0/0", "::/0")
+    egress_deny_cidrs: tuple[str, ...] = ()  # the platform's services, the nodes' network
+    dns_namespace: str = "kube-system"
+    dns_pod_labels: dict[str, str] = field(default_factory=lambda: {"k8s-app": "kube-dns"})
 
     @classmethod
     def from_config(cls, config: dict, *, job_root: str = "") -> "KubeSettings":
@@ -57,6 +64,10 @@ class KubeSettings:
         serving_port = config.get("serving_port", 8080)
         if not isinstance(serving_port, int) or not 1024 <= serving_port <= 65535:
             raise names.InvalidValue("config.serving_port", "a port number from 1024 to 65535")
+        allow = config.get("egress_allow_cidrs", ["0.0.0.0/0", "::/0"])
+        dns_labels = config.get("dns_pod_labels", {"k8s-app": "kube-dns"})
+        if not isinstance(dns_labels, dict) or not dns_labels:
+            raise names.InvalidValue("config.dns_pod_labels", "labels of the DNS pods (a map)")
         return cls(
             api_url=str(config["api_url"]).rstrip("/"),
             ca_file=str(config.get("ca_file") or ""),
@@ -83,4 +94,12 @@ class KubeSettings:
             serving_image=serving_image,
             serving_engine=serving_engine,
             serving_port=serving_port,
+            egress_allow_cidrs=names.cidrs(allow, field="config.egress_allow_cidrs"),
+            egress_deny_cidrs=names.cidrs(
+                config.get("egress_deny_cidrs") or [], field="config.egress_deny_cidrs"
+            ),
+            dns_namespace=names.dns_label(
+                config.get("dns_namespace") or "kube-system", field="config.dns_namespace"
+            ),
+            dns_pod_labels=names.labels(dns_labels, field="config.dns_pod_labels"),
         )
