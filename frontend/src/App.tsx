@@ -104,6 +104,7 @@ function Shell() {
       children: [
         ...(admin ? [item("/console/members", "nav.members"), item("/console/invitations", "nav.invitations")] : []),
         item("/console/projects", "nav.projects"),
+        ...(can("secret", "read") ? [item("/console/secrets", "nav.secrets")] : []),
         item("/console/quotas", "nav.quotas"),
         item("/console/tokens", "nav.tokens"),
         ...(can("audit-event", "read") ? [item("/console/audit", "nav.audit")] : []),
@@ -113,7 +114,7 @@ function Shell() {
     },
   ];
   const selected =
-    ["/jobs/new", "/jobs", "/logs", "/datasets", "/models", "/deployments", "/clusters", "/console/members", "/console/invitations", "/console/projects", "/console/quotas",
+    ["/jobs/new", "/jobs", "/logs", "/datasets", "/models", "/deployments", "/clusters", "/console/members", "/console/invitations", "/console/projects", "/console/secrets", "/console/quotas",
       "/console/tokens", "/console/audit", "/console/signatures", "/console/webhooks"].find((p) => loc.pathname.startsWith(p)) ?? "/";
   const signOut = async () => {
     await api.POST("/api/v1/auth/logout");

@@ -31,6 +31,16 @@ describe("job spec", () => {
     expect(back.launcher).toBe("torchrun");
   });
 
+  it("keeps secret names and env values that name a secret through the form", () => {
+    const spec = { name: "a", command: "true", secrets: ["HF_TOKEN"], env: { A: "1", WANDB_API_KEY: { secret: "WB" } } };
+    const form = fromSpec(spec as never);
+    expect(form.env).toBe("A=1"); // no "[object Object]" in the KEY=value text
+    expect(form.secrets).toEqual(["HF_TOKEN"]);
+    expect(toSpec(form)).toMatchObject({ secrets: ["HF_TOKEN"], env: { A: "1", WANDB_API_KEY: { secret: "WB" } } });
+    const plain = toSpec({ name: "a", kind: "training", command: "true", secrets: [] });
+    expect("secrets" in plain || "env" in plain).toBe(false);
+  });
+
   it("names a cluster only when one is chosen", () => {
     expect(toSpec({ name: "a", kind: "training", command: "true", cluster: "local-k8s" }).cluster).toBe("local-k8s");
     expect("cluster" in toSpec({ name: "a", kind: "training", command: "true", cluster: "" })).toBe(false);

@@ -11,6 +11,8 @@ export type FormValues = {
   command: string; // one argument per line, or one shell line
   working_dir?: string;
   env?: string; // KEY=value per line
+  env_secrets?: Record<string, { secret: string }>; // env values that name a secret, kept as they are
+  secrets?: string[]; // the project's secrets the job gets under their own names
   labels?: string;
   priority?: number;
   nodes?: number;
@@ -43,10 +45,20 @@ function parsePairs(text: string | undefined): Record<string, string> | undefine
 
 const pairs = (o: unknown) =>
   o && typeof o === "object"
-    ? Object.entries(o as Record<string, string>)
-        .map(([k, v]) => `${k}=${v}`)
+    ? Object.entries(o as Record<string, unknown>)
+        .filter(([, v]) => typeof v !== "object" || v === null)
+        .map(([k, v]) => `${k}=${v ?? ""}`)
         .join("\n")
     : "";
+
+/** The env values that refer to a secret ({secret: NAME}): not text for the KEY=value field. */
+const secretRefs = (o: unknown) => {
+  const out: Record<string, { secret: string }> = {};
+  for (const [k, v] of Object.entries((o ?? {}) as Record<string, unknown>))
+    if (v && typeof v === "object" && typeof (v as { secret?: unknown }).secret === "string")
+      out[k] = { secret: (v as { secret: string }).secret };
+  return Object.keys(out).length ? out : undefined;
+};
 
 const intOrStr = (v: string | undefined) => (v && /^\d+$/.test(v) ? Number(v) : v || undefined);
 
@@ -77,7 +89,8 @@ export function toSpec(v: FormValues): JobSpec {
     cluster: v.cluster,
     command: lines.length === 1 ? lines[0] : lines,
     working_dir: v.working_dir,
-    env: parsePairs(v.env),
+    env: parsePairs(v.env) || v.env_secrets ? { ...parsePairs(v.env), ...v.env_secrets } : undefined,
+    secrets: v.secrets?.length ? v.secrets : undefined,
     labels: parsePairs(v.labels),
     priority: v.priority,
     resources: {
@@ -113,6 +126,8 @@ export function fromSpec(spec: Partial<JobSpec> & Record<string, unknown>): Form
     command: Array.isArray(spec.command) ? spec.command.join("\n") : String(spec.command ?? ""),
     working_dir: spec.working_dir as string | undefined,
     env: pairs(spec.env),
+    env_secrets: secretRefs(spec.env),
+    secrets: Array.isArray(spec.secrets) ? (spec.secrets as string[]) : undefined,
     labels: pairs(spec.labels),
     priority: spec.priority as number | undefined,
     nodes: r.nodes as number | undefined,

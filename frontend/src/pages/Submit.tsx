@@ -8,6 +8,7 @@ import { useSession } from "../session";
 import { useProjects } from "../App";
 import { Forbidden } from "../components/common";
 import { asCli, asCurl, fromSpec, fromYaml, toSpec, toYaml, type FormValues } from "../spec";
+import { useSecrets } from "./admin/Secrets";
 
 // Checked against the generated enums.
 const LAUNCHERS: Schemas["LauncherEnum"][] = ["none", "torchrun", "deepspeed", "mpirun"];
@@ -41,7 +42,7 @@ const fieldFor = (key: string): keyof FormValues | null => {
   const last = key.replace(/^resources\./, "");
   return (
     [
-      "name", "project", "kind", "cluster", "command", "working_dir", "env", "labels", "priority", "nodes", "tasks_per_node",
+      "name", "project", "kind", "cluster", "command", "working_dir", "env", "secrets", "labels", "priority", "nodes", "tasks_per_node",
       "gpus_per_node", "gpu_type", "cpus_per_task", "memory", "time_limit", "partition",
     ] as const
   ).find((f) => f === last || key.startsWith(`${f}.`)) ?? null;
@@ -87,6 +88,8 @@ export default function SubmitPage() {
   }, [project, from, form]);
 
   const spec = useMemo(() => toSpec({ ...values, command: values.command ?? "" }), [values]);
+  // the names of the chosen project's secrets, offered in the Secrets field (never a value)
+  const secretNames = useSecrets(values.project, can("secret", "read"));
 
   if (!tenant || !can("job", "create")) return <Forbidden text={t("submit.viewerNo")} />;
 
@@ -262,8 +265,18 @@ export default function SubmitPage() {
                   </Form.Item>
                 </Col>
                 <Col xs={24} md={12}>
-                  <Form.Item label={t("submit.env")} name="env">
+                  <Form.Item label={t("submit.env")} name="env" extra={t("submit.envHelp")}>
                     <Input.TextArea rows={3} style={{ fontFamily: "monospace" }} />
+                  </Form.Item>
+                  <Form.Item name="env_secrets" hidden />
+                </Col>
+                <Col xs={24} md={12}>
+                  <Form.Item label={t("submit.secrets")} name="secrets" extra={t("submit.secretsHelp")}>
+                    <Select
+                      mode="tags"
+                      data-testid="field-secrets"
+                      options={(secretNames.data ?? []).map((x) => ({ value: x.name, label: x.name }))}
+                    />
                   </Form.Item>
                 </Col>
                 <Col xs={24} md={12}>

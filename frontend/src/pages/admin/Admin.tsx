@@ -13,6 +13,7 @@ import { EmptyState, Forbidden, fmtTime } from "../../components/common";
 import { ConfirmButton, CreateButton, CreateModal, ListTable, Section, ShownOnce, useMutate, useTenantList } from "./parts";
 import { UtilisationChart } from "../../components/UtilisationChart";
 import { SignatureTrend } from "./SignatureTrend";
+import { Secrets } from "./Secrets";
 
 const ROLES: Schemas["TenantRoleEnum"][] = ["viewer", "member", "admin", "owner"];
 
@@ -619,6 +620,7 @@ const SECTIONS: Record<string, () => JSX.Element> = {
   members: Members,
   invitations: Invitations,
   projects: Projects,
+  secrets: Secrets,
   quotas: Quotas,
   tokens: Tokens,
   audit: Audit,

@@ -175,6 +175,7 @@ export function CreateModal<T extends object>({
           setError(null);
           try {
             await onSubmit(v);
+            form.resetFields(); // nothing typed (a secret's value) outlives the dialog
             onClose();
           } catch (e) {
             if (e instanceof ApiError) {
