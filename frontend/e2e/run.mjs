@@ -243,7 +243,35 @@ const scenarios = {
     await page.goto(`${base}/console/quotas`);
     await page.getByRole("heading", { name: "Quotas" }).waitFor();
     check((await page.getByRole("button", { name: "New quota" }).count()) === 0, "a viewer may add quotas");
+    if (params.secretName) {
+      await page.goto(`${base}/console/secrets`);
+      await page.getByRole("cell", { name: params.secretName }).waitFor();
+      for (const name of ["New secret", "Replace value", "Delete"])
+        check((await page.getByRole("button", { name }).count()) === 0, `a viewer sees ${name} on secrets`);
+    }
     report.viewerOk = true;
+  },
+
+  // A member sets a project secret through the hidden field; the page never shows the value,
+  // not while typing, not after saving, not in a second dialog.
+  async secrets(browser) {
+    const page = await newPage(browser, "en");
+    await signIn(page, params.users.member);
+    await page.goto(`${base}/console/secrets`);
+    await page.getByRole("heading", { name: "Secrets", exact: true }).waitFor();
+    await page.getByTestId("secret-create").click();
+    await page.getByTestId("secret-name").fill(params.secretName);
+    const field = page.getByTestId("secret-value");
+    await field.fill(params.secretValue);
+    check((await field.getAttribute("type")) === "password", "the value field is not a password field");
+    await visit(page, "admin-secrets-dialog", "en");
+    check(!(await page.locator("body").innerText()).includes(params.secretValue), "the typed value shows");
+    await page.getByRole("button", { name: "Save" }).click();
+    await page.getByRole("cell", { name: params.secretName }).waitFor();
+    await page.getByTestId("secret-value").waitFor({ state: "detached" });
+    await page.getByTestId(`secret-replace-${params.secretName}`).click();
+    report.secondDialogValue = await page.getByTestId("secret-value").inputValue();
+    report.pageHasValue = (await page.content()).includes(params.secretValue);
   },
 
   // A job waits on a project quota; the tenant admin raises it in the console; the job starts
@@ -463,6 +491,7 @@ const scenarios = {
       ["audit", "Audit log", "审计日志"],
       ["signatures", "Failure signatures", "故障特征"],
       ["webhooks", "Webhooks", "Webhook"],
+      ["secrets", "Secrets", "项目机密"],
     ];
     for (const lang of ["en", "zh"]) {
       const page = await newPage(browser, lang);

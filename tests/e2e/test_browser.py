@@ -1,9 +1,9 @@
 """The UI end to end in headless Chromium against the real backend (conftest.py): sign in,
 submit from the form, live log lines, success, loss curve, log search; the viewer's missing
 actions; a waiting job started by a raised quota, seen live in an untouched jobs list; an
-interrupted dataset upload resumed; the admin console; every main page and the dataset and
-model panels in English and Chinese, screenshotted and checked with axe-core (no serious or
-critical violation)."""
+interrupted dataset upload resumed; a project secret set through a field that never shows it;
+the admin console; every main page and the dataset and model panels in English and Chinese,
+screenshotted and checked with axe-core (no serious or critical violation)."""
 
 import hashlib
 import uuid
@@ -68,15 +68,37 @@ def test_keyboard_alone_local_times_and_an_ended_session(browser_params, acme, c
 def test_viewer_sees_no_action_they_may_not_take(browser_params, acme):
     from apps.jobs.models import JobAttempt
     from apps.logs.models import FailureSignature, SignatureMatch
+    from apps.secrets.services import secret_set
+    from apps.tenancy.access import actor_for_user
 
     job = make_job(project=acme.project, user=acme.users[Role.MEMBER], state="FAILED")
     # its failed attempt matched a signature (the row apps/logs/signatures.py writes)
     attempt = JobAttempt.objects.create(job=job, number=1, state="FAILED")
     oom = FailureSignature.objects.create(tenant=acme.tenant, name="oom", query="CUDA")
     SignatureMatch.objects.create(signature=oom, job=job, attempt=attempt, lines=1)
-    seen = run_browser("viewer", {**browser_params, "jobId": str(job.pk), "signature": "oom"})
+    admin = actor_for_user(user=acme.users[Role.ADMIN])
+    secret_set(actor=admin, project=acme.project, name="HF_TOKEN", value="hf_e2e")
+    seen = run_browser(
+        "viewer",
+        {**browser_params, "jobId": str(job.pk), "signature": "oom", "secretName": "HF_TOKEN"},
+    )
     assert seen["viewerOk"]
     assert seen["tagFilter"] == "oom" and "jobs-tagged.en" in seen["pages"]
+
+
+def test_member_sets_a_secret_the_page_never_shows(browser_params, acme):
+    from apps.secrets.crypto import decrypt
+    from apps.secrets.models import ProjectSecret
+
+    value = f"hf_{uuid.uuid4().hex}"
+    seen = run_browser(
+        "secrets", {**browser_params, "secretName": "HF_TOKEN", "secretValue": value}
+    )
+    stored = ProjectSecret.objects.get(project=acme.project, name="HF_TOKEN")
+    assert decrypt(stored.ciphertext) == value and value not in stored.ciphertext
+    assert stored.updated_by == acme.users[Role.MEMBER]
+    assert seen["secondDialogValue"] == "" and seen["pageHasValue"] is False
+    assert {"admin-secrets-dialog.en"} <= set(seen["pages"])
 
 
 def test_admin_raises_a_quota_and_the_waiting_job_starts(
@@ -106,7 +128,16 @@ def test_admin_raises_a_quota_and_the_waiting_job_starts(
 
 def test_admin_console_and_catalogue_in_both_languages(browser_params):
     seen = run_browser("admin", browser_params)
-    sections = ("members", "invitations", "projects", "quotas", "tokens", "audit", "signatures")
+    sections = (
+        "members",
+        "invitations",
+        "projects",
+        "quotas",
+        "tokens",
+        "audit",
+        "signatures",
+        "secrets",
+    )
     pages = {f"admin-{s}" for s in sections} | {"datasets", "models", "clusters"}
     assert {f"{page}.{lang}" for page in pages for lang in ("en", "zh")} <= set(seen["pages"])
 
