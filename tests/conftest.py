@@ -183,6 +183,15 @@ def _job_root(settings):
     shutil.rmtree(root, ignore_errors=True)
 
 
+@pytest.fixture
+def logs_dir(_job_root) -> Path:
+    """A directory for attempts' log files made by hand, below the job root: the platform
+    reads a tenant's tree only below its trusted roots (apps/identity/tree.py)."""
+    path = _job_root / "logs"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 @pytest.fixture(autouse=True)
 def _dataset_cache_root(settings):
     """Each test's own node caches, where jobs can reach them (as the job tree above); the

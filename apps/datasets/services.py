@@ -9,11 +9,9 @@ storage quota is checked when bytes arrive and again at commit.
 import hashlib
 import os
 import queue
-import stat
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -33,7 +31,8 @@ from apps.datasets.models import (
 from apps.datasets.paths import file_path_problem, source_dir_problem
 from apps.datasets.storage import storage_for
 from apps.datasets.storage.base import CHUNK_BYTES, StorageError, UploadOffsetMismatch
-from apps.identity.storage import project_root
+from apps.identity import tree
+from apps.identity.storage import project_root, tenant_root
 from apps.quotas.services import storage_admit
 from apps.tenancy.audit import audit_record
 from apps.tenancy.models import Project
@@ -407,84 +406,61 @@ def file_remove(*, version: DatasetVersion, path: str) -> None:
 # -- registering a directory -------------------------------------------------------------------
 
 
-def _walk_regular_files(top: Path) -> list[tuple[str, int]]:
-    """(relative path, size) of the regular files below `top`, opened without following any
-    symlink below it; a symlink or a special file is refused."""
+def _walk_regular_files(top_fd: int) -> list[tuple[str, int]]:
+    """(relative path, size) of the regular files below the open directory `top_fd`, walked
+    by the one reader of tenants' trees (apps/identity/tree.py): a symlink, a special file,
+    a file with other hard links or a name a version cannot hold is refused, naming it."""
     found = []
-    for dirpath, dirnames, filenames, dirfd in os.fwalk(top, follow_symlinks=False):
-        base = Path(dirpath).relative_to(top)
-        for name in sorted(dirnames + filenames):
-            info = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
-            relative = str(base / name) if str(base) != "." else name
-            if stat.S_ISLNK(info.st_mode):
+    try:
+        for entry in tree.walk_files(top_fd, links="refuse", special="refuse"):
+            if entry.nlink > 1:  # a hard link may name a file from anywhere
                 raise ValidationError(
-                    {"path": [f"{relative} is a symbolic link; links are not followed."]}
+                    {"path": [f"{entry.relative} has other hard links; copy it first."]}
                 )
-            if stat.S_ISREG(info.st_mode):
-                if info.st_nlink > 1:  # a hard link may name a file from anywhere
-                    raise ValidationError(
-                        {"path": [f"{relative} has other hard links; copy it first."]}
-                    )
-                problem = file_path_problem(relative)
-                if problem:
-                    raise ValidationError({"path": [f"{relative}: {problem}"]})
-                found.append((relative, info.st_size))
-            elif not stat.S_ISDIR(info.st_mode):
-                raise ValidationError({"path": [f"{relative} is not a regular file."]})
+            problem = file_path_problem(entry.relative)
+            if problem:
+                raise ValidationError({"path": [f"{entry.relative}: {problem}"]})
+            found.append((entry.relative, entry.size))
+    except tree.TreeRefused as exc:
+        raise ValidationError({"path": [f"{exc}."]}) from None
+    except OSError as exc:
+        raise ValidationError(
+            {"path": [f"{exc.filename}: cannot be read ({exc.strerror})."]}
+        ) from None
     return sorted(found)
 
 
-class _Hashed:
-    """The chunks of a stream, hashed and counted as they pass."""
-
-    def __init__(self, stream):
-        self.stream, self.digest, self.size = stream, hashlib.sha256(), 0
-
-    def __iter__(self) -> Iterator[bytes]:
-        while chunk := self.stream.read(CHUNK_BYTES):
-            self.digest.update(chunk)
-            self.size += len(chunk)
-            yield chunk
-
-    @property
-    def hexdigest(self) -> str:
-        return self.digest.hexdigest()
-
-
-def _open_below(top_fd: int, relative: str) -> int:
-    """Open `relative` below the directory `top_fd`, refusing a symlink at every step."""
-    parts = relative.split("/")
-    fd = top_fd
-    opened = []
+def _open_file(top_fd: int, relative: str) -> int:
+    """One listed file, opened again below `top_fd` with no link followed: changed into a link
+    or hard-linked since the listing, it is refused."""
     try:
-        for part in parts[:-1]:
-            fd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-            opened.append(fd)
-        return os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW, dir_fd=fd)
-    finally:
-        for each in opened:
-            os.close(each)
+        fd = tree.open_beneath(top_fd, relative)
+    except OSError as exc:
+        raise ValidationError({"path": [f"{relative}: {exc.strerror or exc}."]}) from None
+    if os.fstat(fd).st_nlink > 1:
+        os.close(fd)
+        raise ValidationError({"path": [f"{relative} has other hard links; copy it first."]})
+    return fd
 
 
 def version_register_directory(
     *, actor: Actor | None, version: DatasetVersion, path: str
 ) -> DatasetVersion:
     """Copy the files of a directory in the project's tree into an open version, hashing
-    them as they stream. The directory must lie inside the project's tree (no symlink may
-    lead out of it: none is followed)."""
+    them as they stream. The directory must lie inside the project's tree, and is opened from
+    the tenant's root with no link followed on the way or below it (apps/identity/tree.py)."""
     dataset = version.dataset
     problem = source_dir_problem(path, project=dataset.project)
     if problem:
         raise ValidationError({"path": [problem]})
-    root = project_root(dataset.project)
-    top_fd = os.open(os.path.realpath(path), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
-        # what was opened is checked, not the name (a swapped component cannot lead out)
-        opened = Path(os.readlink(f"/proc/self/fd/{top_fd}"))
-        real_root = Path(os.path.realpath(root))
-        if opened != real_root and real_root not in opened.parents:
-            raise ValidationError({"path": [f"Resolves outside {root}."]})
-        files = _walk_regular_files(opened)
+        top_fd = tree.open_under(tenant_root(dataset.project.tenant), path, directory=True)
+    except tree.TreeRefused as exc:
+        raise ValidationError({"path": [f"{exc}."]}) from None
+    except OSError as exc:
+        raise ValidationError({"path": [f"Cannot be opened ({exc.strerror})."]}) from None
+    try:
+        files = _walk_regular_files(top_fd)
         tenant_id, project_id = _tenant_project(version)
         with transaction.atomic():
             locked = DatasetVersion.objects.select_for_update().get(pk=version.pk)
@@ -497,12 +473,14 @@ def version_register_directory(
         storage = storage_for(version.storage_kind)
         for relative, _size in files:
             key = version.file_key(relative)
-            fd = _open_below(top_fd, relative)
+            fd = _open_file(top_fd, relative)
             upload_id = storage.begin_upload(key=key)
             try:
-                with os.fdopen(fd, "rb", buffering=0) as source:
-                    hashed = _Hashed(source)
+                try:
+                    hashed = tree.HashedChunks(fd, name=relative)
                     storage.append(key=key, upload_id=upload_id, offset=0, chunks=hashed)
+                finally:
+                    os.close(fd)
                 with transaction.atomic():
                     locked = DatasetVersion.objects.select_for_update().get(pk=version.pk)
                     _check_open(locked)

@@ -15,7 +15,6 @@
 """
 
 import logging
-import os
 import re
 import uuid
 from pathlib import Path
@@ -25,6 +24,8 @@ from django.db import transaction
 from rest_framework import serializers
 
 from apps.core.actor import Actor
+from apps.identity import tree
+from apps.identity.storage import tenant_root
 from apps.jobs import paths
 from apps.jobs.models import JobAttempt
 
@@ -116,14 +117,19 @@ def attempt_model_prepare(*, attempt: JobAttempt):
 
 def _source_problem(source: Path, job) -> str | None:
     """The output directory as the job left it: a real directory inside the job's directory,
-    reached through no symlink (the worker is root; the job's user wrote the path)."""
+    opened from the tenant's root through no symlink (the job's user wrote the path; the
+    one reader of tenants' trees, apps/identity/tree.py, follows none), holding a file."""
     relative = job.spec["output_dataset"]["path"]
-    if os.path.realpath(source) != os.path.join(os.path.realpath(paths.job_dir(job)), relative):
-        return f"{relative}/ passes through a symlink"
-    if not source.is_dir():
+    try:
+        with tree.opened(tenant_root(job.project.tenant), source, directory=True) as top:
+            if next(tree.walk_files(top, links="skip", unreadable="skip"), None) is None:
+                return f"the job's {relative}/ directory holds no files"
+    except tree.TreeRefused as exc:
+        return f"{relative}/ passes through a symlink ({exc})"
+    except (FileNotFoundError, NotADirectoryError):
         return f"the job wrote no {relative}/ directory"
-    if not any(p.is_file() for p in source.rglob("*")):
-        return f"the job's {relative}/ directory holds no files"
+    except OSError as exc:
+        return f"the job's {relative}/ directory cannot be read ({exc.strerror})"
     return None
 
 

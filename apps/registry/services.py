@@ -11,8 +11,7 @@ import logging
 import os
 import re
 import secrets
-import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from contextlib import nullcontext
 from datetime import timedelta
 from pathlib import Path
@@ -29,7 +28,8 @@ from apps.core.exceptions import Conflict
 from apps.core.queries import unique_row
 from apps.datasets.storage import storage_for
 from apps.datasets.storage.base import CHUNK_BYTES, UploadOffsetMismatch, key_problem
-from apps.identity.storage import project_root
+from apps.identity import tree
+from apps.identity.storage import project_root, tenant_root
 from apps.registry import alias_point, webhooks
 from apps.registry.models import (
     ALIAS_RE,
@@ -474,12 +474,13 @@ def version_create_with_files(
     return version_commit(actor=actor, version=version)
 
 
-# -- copying a directory of the tenant's tree in (the worker, as root) --------------------------
+# -- copying a directory of the tenant's tree in (the worker) ----------------------------------
 
 
 def _tree_source(*, model: RegisteredModel, path: str) -> Path:
     """The directory a version is copied from: absolute, no '.'/'..' parts, inside the model's
-    project tree, no symlink on the way (a 400 otherwise)."""
+    project tree, no symlink on the way (a 400 otherwise). Where it cannot be opened yet
+    (missing, not readable), the worker's copy says so later."""
     if not isinstance(path, str) or not path.startswith("/") or "\x00" in path:
         raise ValidationError({"path": ["Must be an absolute path."]})
     if any(part in (".", "..") for part in path.split("/")):
@@ -488,65 +489,64 @@ def _tree_source(*, model: RegisteredModel, path: str) -> Path:
     candidate = Path(path)
     if candidate != root and root not in candidate.parents:
         raise ValidationError({"path": [f"Must lie in the model's project directory ({root})."]})
-    if os.path.realpath(candidate) != str(candidate):
-        raise ValidationError({"path": ["Must not pass through a symlink."]})
+    try:
+        os.close(tree.open_under(tenant_root(model.project.tenant), candidate, directory=True))
+    except tree.TreeRefused as exc:
+        raise ValidationError({"path": [f"Must not pass through a symlink: {exc}."]}) from None
+    except OSError:
+        pass
     return candidate
 
 
-def _read_chunks(fd: int, digest) -> Iterator[bytes]:
-    while chunk := os.read(fd, CHUNK_BYTES):
-        digest.update(chunk)
-        yield chunk
+def _path_problem(relative: str) -> str | None:
+    problem = file_path_problem(relative)
+    return f"cannot be a file of a version: {problem}" if problem else None
 
 
 def _copy_tree(version: ModelVersion, source: Path) -> None:
-    """Copy the regular files under `source` into the version's storage. Symlinks are never
-    followed (fwalk without following, O_NOFOLLOW opens), and a file with other hard links is
-    refused: only what lies in the tree itself is copied, whatever the job wrote there."""
+    """Copy the regular files under `source` into the version's storage through the one
+    reader of tenants' trees (apps/identity/tree.py): opened from the tenant's root with no
+    link followed anywhere on the way or below; a link, or a file with other hard links,
+    fails the whole registration naming it. Only what lies in the tree itself is copied,
+    whatever the job wrote there."""
     storage = _storage(version)
+    root = tenant_root(version.model.project.tenant)
     try:
-        top = os.lstat(source)
+        top = tree.open_under(root, source, directory=True)
+    except tree.TreeRefused as exc:
+        raise ValidationError({"path": [f"{exc}; nothing was copied."]}) from None
     except FileNotFoundError:
         raise ValidationError({"path": [f"{source} does not exist."]}) from None
-    if not stat.S_ISDIR(top.st_mode):
-        raise ValidationError({"path": [f"{source} is not a directory."]})
-    count = 0
-    for dirpath, _dirs, files, dirfd in os.fwalk(source, follow_symlinks=False):
-        rel_dir = os.path.relpath(dirpath, source)
-        for name in sorted(files):
-            rel = name if rel_dir == "." else f"{rel_dir}/{name}"
-            problem = file_path_problem(rel)
-            if problem:
-                raise ValidationError({"path": [f"{rel!r}: {problem}"]})
-            try:
-                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dirfd)
-            except OSError as exc:
-                raise ValidationError(
-                    {"path": [f"{rel}: cannot be read ({exc.strerror})."]}
-                ) from None
-            try:
-                info = os.fstat(fd)
-                if not stat.S_ISREG(info.st_mode):
-                    continue  # fifos, sockets, devices: not artifacts
-                if info.st_nlink != 1:
-                    raise ValidationError({"path": [f"{rel}: has other hard links; refused."]})
-                count += 1
-                if count > MAX_FILES:
-                    raise ValidationError({"path": [f"More than {MAX_FILES} files."]})
-                key = file_key(version, rel)
-                digest = hashlib.sha256()
-                upload = storage.begin_upload(key=key)
-                size = storage.append(
-                    key=key, upload_id=upload, offset=0, chunks=_read_chunks(fd, digest)
-                )
-                storage.finish_upload(key=key, upload_id=upload)
-            finally:
-                os.close(fd)
-            ModelFile.objects.create(
-                version=version, path=rel, size=size, sha256=digest.hexdigest()
-            )
-    if count == 0:
+    except NotADirectoryError:
+        raise ValidationError({"path": [f"{source} is not a directory."]}) from None
+    except OSError as exc:
+        raise ValidationError({"path": [f"{source}: cannot be read ({exc.strerror})."]}) from None
+
+    def store(relative: str, chunks: Iterable[bytes]) -> None:
+        key = file_key(version, relative)
+        upload = storage.begin_upload(key=key)
+        storage.append(key=key, upload_id=upload, offset=0, chunks=chunks)
+        storage.finish_upload(key=key, upload_id=upload)
+
+    try:
+        copied = tree.copy_tree(top, store=store, max_files=MAX_FILES, path_problem=_path_problem)
+    except tree.TreeRefused as exc:
+        raise ValidationError({"path": [f"{exc}; nothing was copied."]}) from None
+    except OSError as exc:
+        raise ValidationError(
+            {"path": [f"{exc.filename}: cannot be read ({exc.strerror})."]}
+        ) from None
+    finally:
+        os.close(top)
+    if not copied:
         raise ValidationError({"path": [f"{source} holds no files."]})
+    ModelFile.objects.bulk_create(
+        [
+            ModelFile(version=version, path=row.relative, size=row.size, sha256=row.sha256)
+            for row in copied
+        ],
+        batch_size=1000,
+    )
 
 
 def version_import(*, version_id) -> ModelVersion | None:

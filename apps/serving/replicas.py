@@ -13,8 +13,6 @@ completion before the replica takes traffic, and /metrics for autoscaling.
 
 import json
 import logging
-import os
-import stat
 from pathlib import Path
 
 import httpx
@@ -22,6 +20,8 @@ from django.conf import settings
 from django.db import transaction
 from rest_framework import serializers
 
+from apps.identity import tree
+from apps.identity.storage import tenant_root
 from apps.jobs import paths
 from apps.jobs.models import Job, Kind
 from apps.jobs.states import TERMINAL, State
@@ -182,23 +182,16 @@ def serve_environment(*, job: Job) -> dict[str, str]:
 
 def read_endpoint(*, job: Job) -> tuple[str, int] | None:
     """(host, port) the replica's job wrote to serve.json; None if absent or malformed. The
-    job's user wrote the file: it is opened without following links, must be a small regular
-    file, and is taken only if its host is the one the cluster reports for the replica
-    (serve_host: the node's loopback on Slurm, the pod's IP on Kubernetes), with a port number."""
+    job's user wrote the file: it is read through the one reader of tenants' trees (from the
+    tenant's root, no link followed on the way), must be a small regular file, and is taken
+    only if its host is the one the cluster reports for the replica (serve_host: the node's
+    loopback on Slurm, the pod's IP on Kubernetes), with a port number."""
     path = Path(paths.job_dir(job)) / INFO_FILE
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > INFO_MAX_BYTES:
-            return None
-        data = json.loads(os.read(fd, INFO_MAX_BYTES) or b"null")
+        raw = tree.read_small(tenant_root(job.project.tenant), path, limit=INFO_MAX_BYTES)
+        data = json.loads(raw or b"null")
     except (OSError, ValueError):
         return None
-    finally:
-        os.close(fd)
     if not isinstance(data, dict):
         return None
     host, port = data.get("host"), data.get("port")
@@ -224,24 +217,18 @@ def _serve_host(job: Job) -> str | None:
 
 def log_tail(*, job: Job, lines: int = 4, max_bytes: int = 2048) -> str:
     """The last lines of a job's stderr (the engine's complaints), for a replica's reason. The
-    job's user wrote the file: opened without following links, a regular file only."""
+    job's user wrote the file: read through the one reader of tenants' trees (from the
+    tenant's root, no link followed on the way), a regular file only."""
     attempt = job.attempts.order_by("-number").first()
     if attempt is None or not attempt.stderr_path:
         return ""
     try:
-        fd = os.open(attempt.stderr_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        raw = tree.read_tail(
+            tenant_root(job.project.tenant), attempt.stderr_path, max_bytes=max_bytes
+        )
     except OSError:
         return ""
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            return ""
-        os.lseek(fd, max(0, info.st_size - max_bytes), os.SEEK_SET)
-        text = os.read(fd, max_bytes).decode("utf-8", "replace")
-    except OSError:
-        return ""
-    finally:
-        os.close(fd)
+    text = raw.decode("utf-8", "replace")
     kept = [line.strip() for line in text.splitlines() if line.strip()][-lines:]
     return " | ".join(kept)
 

@@ -88,8 +88,8 @@ def test_an_idle_client_connection_is_kept_past_the_request_timeout(stack, acme)
     conn.close()
 
 
-def test_a_websocket_works_on_either_server(stack, acme, cluster, tmp_path):
-    job = make_running_attempt(world=acme, cluster=cluster, directory=tmp_path).job
+def test_a_websocket_works_on_either_server(stack, acme, cluster, logs_dir):
+    job = make_running_attempt(world=acme, cluster=cluster, directory=logs_dir).job
     url = f"wss://127.0.0.1:{stack.https}/ws/jobs/{job.pk}/?tail=0"
     headers = {"Authorization": f"Bearer {acme.tokens[Role.VIEWER]}"}
     origin = stack.base

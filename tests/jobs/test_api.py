@@ -78,14 +78,14 @@ def test_logs_endpoint_validates_its_parameters(acme, jobs):
     }
 
 
-def test_logs_never_split_a_character(acme, jobs, tmp_path):
+def test_logs_never_split_a_character(acme, jobs, logs_dir):
     attempt = jobs["a"].attempts.create(
         number=1,
         state="RUNNING",
-        stdout_path=str(tmp_path / "out.log"),
-        stderr_path=str(tmp_path / "err.log"),
+        stdout_path=str(logs_dir / "out.log"),
+        stderr_path=str(logs_dir / "err.log"),
     )
-    (tmp_path / "out.log").write_bytes("héllo wörld\n".encode())
+    (logs_dir / "out.log").write_bytes("héllo wörld\n".encode())
     url = reverse("job-logs", kwargs={"pk": jobs["a"].pk})
     client = acme.client(Role.VIEWER)
     text, offset = "", 0

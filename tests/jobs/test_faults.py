@@ -142,10 +142,10 @@ def test_a_job_leaves_its_exit_status_beside_its_output(acme, slurm_cluster):
     assert job.attempts.get().signal == 9  # the launcher ends by the program's signal too
 
 
-def test_an_exit_status_is_read_only_whole(tmp_path, monkeypatch):
+def test_an_exit_status_is_read_only_whole(logs_dir, monkeypatch):
     """The launcher writes the status in one write, its newline last: a file without one
     (being written, or cut off) is no status, never a shorter number."""
-    target = tmp_path / "exit-status"
+    target = logs_dir / "exit-status"
     monkeypatch.setattr(paths, "exit_file", lambda job, number: target)
     assert paths.exit_status(None, 1) is None  # not written
     for text, status in [("137\n", 137), ("0\n", 0), ("13", None), ("", None), ("999\n", None)]:
@@ -153,14 +153,14 @@ def test_an_exit_status_is_read_only_whole(tmp_path, monkeypatch):
         assert paths.exit_status(None, 1) == status, text
 
 
-def test_an_attempt_slurm_forgot_after_it_ended_is_not_run_again(acme, slurm_cluster, tmp_path):
+def test_an_attempt_slurm_forgot_after_it_ended_is_not_run_again(acme, slurm_cluster, logs_dir):
     """slurmctld SIGKILLed before it saved a job that then ran to its end has no record of it
     (nor has its accounting): the exit status the launcher left decides, not a new attempt."""
     from apps.jobs.tasks import control_pass
 
     outcomes = {}
     for status in (0, None):
-        attempt = make_running_attempt(world=acme, cluster=slurm_cluster, directory=tmp_path)
+        attempt = make_running_attempt(world=acme, cluster=slurm_cluster, directory=logs_dir)
         JobAttempt.objects.filter(pk=attempt.pk).update(
             backend_id="999999", submitted_at=timezone.now() - timedelta(minutes=5)
         )

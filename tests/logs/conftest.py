@@ -28,9 +28,9 @@ def es(acme, globex):
 
 
 @pytest.fixture
-def attempt(acme, cluster, tmp_path):
+def attempt(acme, cluster, logs_dir):
     """A running attempt whose output files are in the test's folder."""
-    return make_running_attempt(world=acme, cluster=cluster, directory=tmp_path)
+    return make_running_attempt(world=acme, cluster=cluster, directory=logs_dir)
 
 
 def count(*, attempt=None, job=None, query: str | None = None) -> int:

@@ -23,7 +23,7 @@ def _bearer(token: str):
 
 
 @pytest.fixture
-def running(acme, cluster, tmp_path):
+def running(acme, cluster, logs_dir):
     job = make_job(
         project=acme.project, user=acme.users[Role.MEMBER], state="RUNNING", cluster=cluster
     )
@@ -32,8 +32,8 @@ def running(acme, cluster, tmp_path):
         number=1,
         state="RUNNING",
         nodes=["n1"],
-        stdout_path=str(tmp_path / "out"),
-        stderr_path=str(tmp_path / "err"),
+        stdout_path=str(logs_dir / "out"),
+        stderr_path=str(logs_dir / "err"),
     )
     return job, attempt
 

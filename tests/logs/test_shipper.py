@@ -57,13 +57,13 @@ def test_every_line_once_with_deterministic_ids(es, attempt):
 
 
 def test_a_pass_with_nothing_new_is_two_statements_however_many_streams(
-    es, acme, cluster, tmp_path, django_assert_num_queries
+    es, acme, cluster, logs_dir, django_assert_num_queries
 ):
     """Ten passes a second over the running attempts: one that finds nothing new reads the
     attempts and their cursors and writes nothing (it used to read and rewrite every
     stream's cursor), and a later line is still shipped once."""
     attempts = [
-        make_running_attempt(world=acme, cluster=cluster, directory=tmp_path, stem=f"{i}-")
+        make_running_attempt(world=acme, cluster=cluster, directory=logs_dir, stem=f"{i}-")
         for i in range(4)
     ]
     for attempt in attempts:

@@ -48,16 +48,16 @@ def test_shippers_split_the_shards_and_a_dead_ones_pass_on(leases):
     assert a.refresh(force=True) == set(range(8))
 
 
-def _attempts(acme, cluster, tmp_path, n: int) -> list[JobAttempt]:
+def _attempts(acme, cluster, logs_dir, n: int) -> list[JobAttempt]:
     return [
-        make_running_attempt(world=acme, cluster=cluster, directory=tmp_path, stem=f"{i}.")
+        make_running_attempt(world=acme, cluster=cluster, directory=logs_dir, stem=f"{i}.")
         for i in range(n)
     ]
 
 
 @pytest.mark.django_db(transaction=True)
-def test_two_shippers_one_killed_mid_stream_lose_and_double_nothing(es, acme, cluster, tmp_path):
-    attempts = _attempts(acme, cluster, tmp_path, 8)
+def test_two_shippers_one_killed_mid_stream_lose_and_double_nothing(es, acme, cluster, logs_dir):
+    attempts = _attempts(acme, cluster, logs_dir, 8)
     env = {**_shipper_env(), "TORUS_SHIPPER_SHARDS": "8", "TORUS_SHIPPER_LEASE_SECONDS": "2"}
     env["TORUS_SHIPPER_READS_PER_PASS"] = "1"  # 64 KiB per stream a pass: still busy at the kill
     first, second = shipper_process(env), shipper_process(env)

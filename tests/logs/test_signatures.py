@@ -12,7 +12,7 @@ from tests.factories import make_job
 pytestmark = pytest.mark.django_db
 
 
-def failed_job(world, cluster, tmp_path, name: str, output: str):
+def failed_job(world, cluster, logs_dir, name: str, output: str):
     job = make_job(
         project=world.project,
         user=world.users[Role.MEMBER],
@@ -25,15 +25,15 @@ def failed_job(world, cluster, tmp_path, name: str, output: str):
         number=1,
         state="FAILED",
         nodes=["n1"],
-        stdout_path=str(tmp_path / f"{name}.out"),
-        stderr_path=str(tmp_path / f"{name}.err"),
+        stdout_path=str(logs_dir / f"{name}.out"),
+        stderr_path=str(logs_dir / f"{name}.err"),
     )
-    (tmp_path / f"{name}.out").write_text("starting\n")
-    (tmp_path / f"{name}.err").write_text(output)
+    (logs_dir / f"{name}.out").write_text("starting\n")
+    (logs_dir / f"{name}.err").write_text(output)
     return job
 
 
-def test_failed_attempts_are_tagged_listed_and_counted(es, acme, globex, cluster, tmp_path):
+def test_failed_attempts_are_tagged_listed_and_counted(es, acme, globex, cluster, logs_dir):
     admin = acme.client(Role.ADMIN)
     for name, query in [("oom", '"CUDA out of memory"'), ("nccl", "NCCL error")]:
         response = admin.post(reverse("failure-signature-list"), {"name": name, "query": query})
@@ -41,13 +41,13 @@ def test_failed_attempts_are_tagged_listed_and_counted(es, acme, globex, cluster
     oom = failed_job(
         acme,
         cluster,
-        tmp_path,
+        logs_dir,
         "train-a",
         'Traceback (most recent call last):\n  File "t.py", line 1\n'
         "RuntimeError: CUDA out of memory. Tried to allocate 2 GiB\n",
     )
-    nccl = failed_job(acme, cluster, tmp_path, "train-b", "NCCL error: unhandled system error\n")
-    other = failed_job(globex, cluster, tmp_path, "train-c", "CUDA out of memory\n")
+    nccl = failed_job(acme, cluster, logs_dir, "train-b", "NCCL error: unhandled system error\n")
+    other = failed_job(globex, cluster, logs_dir, "train-c", "CUDA out of memory\n")
     ship_pass()
     es.indices.refresh(index="torus-logs-*")
     assert scan_pending() == 3
@@ -90,10 +90,10 @@ def test_a_signature_needs_a_query_and_a_unique_name(acme):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_cli_searches_logs_across_jobs(es, live_server, acme, cluster, tmp_path):
+def test_cli_searches_logs_across_jobs(es, live_server, acme, cluster, logs_dir):
     from tests.sdk.test_client_and_cli import run_cli
 
-    failed_job(acme, cluster, tmp_path, "train-z", "NCCL error: remote process exited\n")
+    failed_job(acme, cluster, logs_dir, "train-z", "NCCL error: remote process exited\n")
     ship_pass()
     es.indices.refresh(index="torus-logs-*")
     env = {"TORUS_URL": live_server.url, "TORUS_TOKEN": acme.tokens[Role.VIEWER]}

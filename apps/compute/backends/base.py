@@ -2,7 +2,6 @@
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 from typing import Protocol
 
 
@@ -137,22 +136,34 @@ class LogSource(Protocol):
 
 
 class FileLogSource:
-    """Output in files on storage shared with the compute nodes (Slurm's --output/--error)."""
+    """Output in files on storage shared with the compute nodes (Slurm's --output/--error),
+    read from the job root through the one reader of tenants' trees (apps/identity/tree.py):
+    a log file, or a directory above it, that a job replaced by a link is never followed.
+    `read` raises TreeRefused for it (the shipper reports it once and ships nothing of it);
+    `size` reads it as no stream (the log API shows nothing)."""
 
     def read(self, *, ref: LogRef, offset: int, limit: int) -> bytes | None:
+        from django.conf import settings
+
+        from apps.identity import tree
+
         if not ref.path:
             return None
         try:
-            with open(ref.path, "rb") as handle:
-                handle.seek(offset)
-                return handle.read(limit)
+            return tree.read_range(settings.TORUS_JOB_ROOT, ref.path, offset=offset, limit=limit)
         except (FileNotFoundError, NotADirectoryError):
             return None
 
     def size(self, *, ref: LogRef) -> int | None:
+        from django.conf import settings
+
+        from apps.identity import tree
+
+        if not ref.path:
+            return None
         try:
-            return Path(ref.path).stat().st_size if ref.path else None
-        except (FileNotFoundError, NotADirectoryError):
+            return tree.file_size(settings.TORUS_JOB_ROOT, ref.path)
+        except (FileNotFoundError, NotADirectoryError, tree.TreeRefused):
             return None
 
 
