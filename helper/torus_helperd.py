@@ -270,6 +270,8 @@ class Helper:
                     raise Refused(f"mode {mode:o} is not a file mode")
                 if not (stat.S_ISDIR(kind) or stat.S_ISREG(kind)):
                     raise Refused(f"{path} is neither a regular file nor a directory")
+                if stat.S_ISREG(kind) and os.fstat(fd).st_nlink != 1:
+                    raise Refused(f"{path} has other hard links")
                 os.fchown(fd, uid, gid)
                 os.fchmod(fd, mode)
             except OSError as exc:
@@ -395,7 +397,7 @@ class Helper:
                 extra_groups=groups,
                 env=env,
                 cwd="/",
-                umask=0o077,
+                umask=0o022,  # sbatch hands its umask to the job (SLURM_UMASK): as slurmrestd's
             )
         except OSError as exc:
             os.close(write_end)
