@@ -11,6 +11,7 @@ from apps.quotas.api.history import UsageHistoryView
 from apps.quotas.api.urls import register as register_quotas
 from apps.quotas.api.views import UsageExportView, UsageView
 from apps.registry.api.urls import register as register_registry
+from apps.secrets.api.urls import register as register_secrets
 from apps.serving.api.fit import FitView
 from apps.serving.api.urls import register as register_serving
 from apps.tenancy.api.urls import register as register_tenancy
@@ -24,6 +25,7 @@ register_jobs(router)
 register_datasets(router)
 register_registry(router)
 register_serving(router)
+register_secrets(router)
 router.register("failure-signatures", FailureSignatureViewSet, basename="failure-signature")
 
 urlpatterns = [

@@ -52,6 +52,7 @@ INSTALLED_APPS = [
     "apps.datasets",
     "apps.registry",
     "apps.serving",
+    "apps.secrets",
 ]
 
 MIDDLEWARE = [
@@ -248,6 +249,10 @@ TORUS_S3_SECRET_KEY = env_str("TORUS_S3_SECRET_KEY", "")
 # Multipart part size (S3's minimum is 5 MiB), and where unfinished parts wait on local disk.
 TORUS_S3_PART_BYTES = env_int("TORUS_S3_PART_BYTES", 8 * 1024**2, minimum=5 * 1024**2)
 TORUS_S3_STAGING_DIR = env_str("TORUS_S3_STAGING_DIR", str(VAR_DIR / "s3-staging"))
+
+# Project secrets: the key material, newest first (each entry a passphrase; Fernet keys are
+# derived by HKDF). Empty: SECRET_KEY. Rotation: docs/security.md, Job secrets.
+TORUS_SECRETS_KEYS = env_list("TORUS_SECRETS_KEYS", [])
 
 # Logs: Elasticsearch and the shipper.
 # a cluster: its nodes' URLs, comma-separated

@@ -31,6 +31,7 @@ from apps.jobs.inference import attempt_model_prepare, model_path, output_dir
 from apps.jobs.models import AttemptState, Job, JobAttempt, Kind
 from apps.jobs.priority import cluster_nice
 from apps.jobs.states import State
+from apps.secrets.services import secrets_for_attempt
 
 logger = logging.getLogger(__name__)
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -97,7 +98,7 @@ def build_submission(
         "HOME": str(paths.job_dir(job)),
         "USER": identity.user,
         "LOGNAME": identity.user,
-        **spec.get("env", {}),
+        **{key: value for key, value in spec.get("env", {}).items() if isinstance(value, str)},
         "TORUS_JOB_ID": str(job.id),
         "TORUS_JOB_NAME": job.name,
         "TORUS_ATTEMPT_ID": str(attempt.id),
@@ -126,10 +127,15 @@ def build_submission(
         environment["TORUS_OUTPUT_DIR"] = str(output_dir(job))
     if "master_port" in spec["distributed"]:
         environment["TORUS_MASTER_PORT"] = str(spec["distributed"]["master_port"])
-    if job.kind == Kind.SERVE:  # the engine key: in the environment, never argv or the DB
+    # values nobody may read back: the project secrets the spec names (decrypted here, each
+    # read audited) and a replica's engine key; never in `environment`, argv or the DB
+    secrets = secrets_for_attempt(attempt=attempt)
+    if job.kind == Kind.SERVE:
         from apps.serving.replicas import serve_environment
 
-        environment.update(serve_environment(job=job))
+        secrets.update(serve_environment(job=job))
+    for key in secrets:
+        environment.pop(key, None)
     if "argv" in command:
         environment["TORUS_ARGV"] = launcher_argv.encode(command["argv"])
     else:
@@ -162,6 +168,7 @@ def build_submission(
         labels=submission_labels(job=job, attempt=attempt),
         nice=cluster_nice(job=job, cluster=cluster),
         kind=job.kind,
+        secrets=secrets,
     )
 
 

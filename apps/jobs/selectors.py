@@ -24,12 +24,23 @@ def read_log_chunk(*, job: Job, stream: str, offset: int, limit: int, attempt: i
     if row is None:
         return empty
     from apps.logs.sources import log_ref, source_for  # logs reads jobs' models
+    from apps.secrets.mask import masker_for, read_masked
 
     ref = log_ref(attempt=row, stream=stream)
     source = source_for(attempt=row)
+    masker = masker_for(row)  # the job's secrets, overwritten with '*' (offsets stay true)
     try:
         size = source.size(ref=ref)
-        data = source.read(ref=ref, offset=min(offset, size), limit=limit) if size else b""
+        data = (
+            read_masked(
+                lambda at, n: source.read(ref=ref, offset=at, limit=n),
+                offset=min(offset, size),
+                limit=limit,
+                masker=masker,
+            )
+            if size
+            else b""
+        )
     except ClusterUnavailable:
         size = None
     if size is None or data is None:

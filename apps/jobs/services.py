@@ -19,7 +19,7 @@ from apps.jobs import paths, submit_cache
 from apps.jobs.datasets import datasets_resolve
 from apps.jobs.inference import model_resolve
 from apps.jobs.models import ATTEMPT_ENDED, AttemptState, Job, JobAttempt, JobEvent
-from apps.jobs.spec import image_check, normalise, paths_check, totals
+from apps.jobs.spec import image_check, normalise, paths_check, secrets_check, totals
 from apps.jobs.states import TERMINAL, State, check_transition
 from apps.logs.live import publish_states
 from apps.quotas.models import Quota
@@ -134,6 +134,7 @@ def jobs_create(*, actor: Actor, items: list[tuple[Project, dict]]) -> list[Subm
     for project, raw in items:
         spec = normalise(raw)
         paths_check(spec=spec, tenant=project.tenant)
+        secrets_check(spec=spec, project=project)
         spec["datasets"] = datasets_resolve(
             actor=actor, project=project, refs=spec.get("datasets") or []
         )

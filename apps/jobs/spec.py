@@ -204,6 +204,38 @@ class CommandField(serializers.Field):
         return value.get("argv", value.get("script"))
 
 
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "string"},
+            {
+                "type": "object",
+                "properties": {"secret": {"type": "string"}},
+                "required": ["secret"],
+                "additionalProperties": False,
+            },
+        ]
+    }
+)
+class EnvValueField(serializers.Field):
+    """An env value: text (stored and shown as given: not secret), or {"secret": NAME}, the
+    value of the project's secret NAME, put in the job's environment at dispatch (the spec
+    keeps only the name)."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, str):
+            return data
+        if isinstance(data, dict) and set(data) == {"secret"}:
+            name = data["secret"]
+            if not isinstance(name, str) or not ENV_KEY_RE.match(name):
+                raise serializers.ValidationError("{secret: NAME}: NAME is a secret's name.")
+            return {"secret": name}
+        raise serializers.ValidationError("A string, or {secret: NAME} for a project secret.")
+
+    def to_representation(self, value):
+        return value
+
+
 class RegisterModelSerializer(ClosedSerializer):
     """On success, register <job dir>/<path> as a new version of model `name` (docs/registry.md)."""
 
@@ -367,8 +399,12 @@ class JobSpecSerializer(ClosedSerializer):
     kind = serializers.ChoiceField(choices=Kind.choices, default=Kind.TRAINING)
     command = CommandField()
     working_dir = serializers.CharField(required=False)
-    env = serializers.DictField(
-        child=serializers.CharField(allow_blank=True, trim_whitespace=False), default=dict
+    env = serializers.DictField(child=EnvValueField(), default=dict)
+    secrets = serializers.ListField(
+        child=serializers.CharField(max_length=128),
+        required=False,
+        max_length=100,
+        help_text="Project secrets by name: the job gets each as $NAME (docs/jobs.md).",
     )
     environment = EnvironmentSerializer(default=dict)
     resources = ResourcesSerializer(default=dict)
@@ -426,12 +462,24 @@ class JobSpecSerializer(ClosedSerializer):
                 errors[key] = ["Not a valid variable name."]
             elif key in RESERVED_ENV or key.startswith(RESERVED_ENV_PREFIXES):
                 errors[key] = ["Set by the platform; choose another name."]
+            elif isinstance(item, dict):
+                continue  # a secret's name (EnvValueField); that it exists: secrets_check
             elif "\x00" in item:
                 errors[key] = ["Must not contain NUL characters."]
             elif len(item) > MAX_ARG:
                 errors[key] = ["At most 32 KiB."]
         if errors:
             raise serializers.ValidationError(errors)
+        return value
+
+    def validate_secrets(self, value):
+        from apps.secrets.rules import name_problem
+
+        if len(set(value)) != len(value):
+            raise serializers.ValidationError("Each secret once.")
+        problems = [f"{name}: {problem}" for name in value if (problem := name_problem(name))]
+        if problems:
+            raise serializers.ValidationError(problems)
         return value
 
     def validate_datasets(self, value):
@@ -456,6 +504,9 @@ class JobSpecSerializer(ClosedSerializer):
                 errors[field] = ["Required for an inference job."]
             elif not inference and field in attrs:
                 errors[field] = ["Only for an inference job (kind: inference)."]
+        both = set(attrs.get("secrets") or []) & set(attrs.get("env") or {})
+        if both:
+            errors["secrets"] = [f"Also set in env: {', '.join(sorted(both))}."]
         if "model_config" in attrs:
             if attrs.get("kind", Kind.TRAINING) != Kind.TRAINING:
                 errors["model_config"] = ["Only for a training job (kind: training)."]
@@ -569,6 +620,33 @@ def image_check(*, spec: dict, tenant, cluster) -> None:
     )
     if problem:
         raise serializers.ValidationError({"environment": {"image": [problem]}})
+
+
+def secrets_check(*, spec: dict, project) -> None:
+    """Every secret a spec names exists in its project (one query, only for a spec that names
+    any): a 400 at `secrets` or `env.<VAR>` naming the missing one otherwise."""
+    from apps.secrets.services import missing_secrets, spec_secret_refs
+
+    refs = spec_secret_refs(spec)
+    if not refs:
+        return
+    missing = missing_secrets(project=project, names=set(refs.values()))
+    if not missing:
+        return
+    errors: dict = {}
+    listed = [name for name in spec.get("secrets") or [] if name in missing]
+    if listed:
+        errors["secrets"] = [
+            f"No secret named {name} in project {project.slug}." for name in listed
+        ]
+    env = {
+        var: [f"No secret named {value['secret']} in project {project.slug}."]
+        for var, value in (spec.get("env") or {}).items()
+        if isinstance(value, dict) and value["secret"] in missing
+    }
+    if env:
+        errors["env"] = env
+    raise serializers.ValidationError(errors)
 
 
 def normalise(validated: dict) -> dict:

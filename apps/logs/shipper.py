@@ -35,6 +35,7 @@ from apps.logs.search_backlog import to_line
 from apps.logs.shards import ShardLeases
 from apps.logs.signatures import scan_pending
 from apps.logs.sources import log_ref, source_for
+from apps.secrets.mask import masker_for
 
 logger = logging.getLogger(__name__)
 STREAMS = ("stdout", "stderr")
@@ -110,6 +111,9 @@ def ship_stream(attempt: JobAttempt, stream: str, *, cursor: LogCursor | None = 
             max_line=settings.TORUS_LOG_MAX_LINE,
         )
         consumed, skipping = base + len(data), True
+    if found and (masker := masker_for(attempt)):  # the job's secrets, as ***
+        for event in found:
+            event.text = masker.text(event.text, cut=event.truncated)
     if found:
         _bulk(attempt, stream, found)
     complete = final and consumed >= base + len(data) and not skipping

@@ -585,8 +585,13 @@ def version_import(*, version_id) -> ModelVersion | None:
             return version
 
 
+SECRET_OPTION_WORDS = ("token", "key", "secret", "password")
+
+
 def job_params(spec: dict) -> dict:
-    """A job's parameters: `--name value` and `--flag` pairs of its command line."""
+    """A job's parameters: `--name value` and `--flag` pairs of its command line. An option
+    whose name says token, key, secret or password (`--hf-token x`, `--api_key=x`) is left
+    out, value and all: parameters are shown to every viewer of the model."""
     argv = (spec.get("command") or {}).get("argv") or []
     params: dict[str, str] = {}
     index = 1
@@ -601,7 +606,9 @@ def job_params(spec: dict) -> dict:
                 else:
                     value = "true"
             key = name.replace("-", "_")
-            if METRIC_NAME_RE.match(key):
+            if any(word in key.lower() for word in SECRET_OPTION_WORDS):
+                pass
+            elif METRIC_NAME_RE.match(key):
                 params[key] = value[:4096]
         index += 1
     return params

@@ -170,7 +170,9 @@ def serve_prepare(*, job: Job) -> None:
 
 
 def serve_environment(*, job: Job) -> dict[str, str]:
-    """What a replica's job gets besides a job's usual environment: the engine key."""
+    """What a replica's job gets besides a job's usual environment: the engine key. The
+    dispatcher passes it as one of the submission's secrets (never its environment): on
+    Kubernetes a Secret read through secretKeyRef, never a plain value in the manifest."""
     replica = Replica.objects.filter(job=job).only("deployment_id").first()
     if replica is None:
         return {}

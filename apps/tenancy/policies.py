@@ -92,6 +92,11 @@ MATRIX: dict[tuple[str, str], Role] = {
     ("deployment", "update"): Role.MEMBER,
     ("deployment", "delete"): Role.MEMBER,
     ("deployment", "keys"): Role.MEMBER,
+    # Project secrets (docs/security.md, Job secrets): everyone lists the names; members set
+    # and delete them in their projects (the rule below). No role ever reads a value.
+    ("secret", "read"): Role.VIEWER,
+    ("secret", "update"): Role.MEMBER,
+    ("secret", "delete"): Role.MEMBER,
 }
 
 # Actions that only read: the only ones a read-only token may do.
@@ -194,6 +199,11 @@ def works_in_deployments_project(actor: Actor, target) -> bool:
     The target is a project (create) or a deployment."""
     return runs_jobs_in_project(actor, getattr(target, "project", target))
 
+
+RULES[("secret", "update")] = RULES[("secret", "delete")] = Rule(
+    check=runs_jobs_in_project,
+    message="You need to be a member of project {target.slug} to change its secrets.",
+)
 
 RULES[("model", "create")] = Rule(
     check=runs_jobs_in_project,

@@ -94,7 +94,13 @@ LESSER_ROLES = [Role.ADMIN, Role.MEMBER, Role.VIEWER]
 # Platform infrastructure, not tenant data: every signed-in user reads it (docs/access.md).
 GLOBAL_SEGMENTS = {"clusters", "nodes", "accelerator-types"}
 # Values for the path parameters that are not the object's own key.
-OTHER_PARAMS = {"number": 1, "path": "model.bin", "alias": "production", "key_id": uuid.uuid4()}
+OTHER_PARAMS = {
+    "number": 1,
+    "path": "model.bin",
+    "alias": "production",
+    "key_id": uuid.uuid4(),
+    "name": "HF_TOKEN",  # a project secret's
+}
 
 
 @pytest.fixture(autouse=True)

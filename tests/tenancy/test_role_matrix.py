@@ -57,6 +57,10 @@ def _request(world, role, resource, action, cluster=None):
         from tests.serving.matrix import request_serving
 
         return request_serving(world, role, resource, action)
+    if resource == "secret":
+        from tests.secrets.matrix import request_secrets
+
+        return request_secrets(world, role, resource, action)
     if resource == "dataset":
         from tests.datasets.matrix import request_datasets
 
@@ -179,6 +183,7 @@ def test_matrix_covers_every_resource_and_verb():
         "lineage",
         "webhook",
         "deployment",
+        "secret",
     }
 
 

@@ -14,6 +14,8 @@ from apps.jobs.models import Job, JobEvent
 from apps.logs.models import FailureSignature
 from apps.quotas.models import Quota
 from apps.registry.models import ModelVersion, RegisteredModel, Webhook
+from apps.secrets import crypto
+from apps.secrets.models import ProjectSecret
 from apps.serving.models import Deployment
 from apps.tenancy.models import (
     AccessToken,
@@ -40,6 +42,7 @@ PARAM_VALUES = {
     "path": "model.bin",
     "alias": "production",
     "key_id": "11111111-1111-1111-1111-111111111111",
+    "name": "HF_TOKEN",  # a project secret's (/projects/{pk}/secrets/{name}/)
 }
 
 
@@ -103,6 +106,12 @@ def acme_objects(acme, cluster) -> dict:
         ref="acme-m:1",
         version=version,
         created_by=acme.users[Role.MEMBER],
+    )
+    ProjectSecret.objects.create(  # reached through its project: /projects/{pk}/secrets/
+        tenant=acme.tenant,
+        project=acme.project,
+        name="HF_TOKEN",
+        ciphertext=crypto.encrypt(f"hf_{acme.tenant.slug}_route_walk"),
     )
     return {
         "deployment": deployment,
@@ -171,6 +180,7 @@ def acme_state(acme) -> list:
         ModelVersion,
         Webhook,
         Deployment,
+        ProjectSecret,
     ):
         path = model.tenant_path
         rows += list(model.objects.filter(**{path: acme.tenant.id}).order_by("pk").values())

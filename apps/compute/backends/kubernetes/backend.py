@@ -3,6 +3,7 @@ a namespace per tenant or project, admitted whole by Kueue. Jobs are followed by
 watcher (watch.py), whose records jobs() reads from Redis: a reconcile pass makes one
 Kubernetes request (inventory's node list) whatever the number of jobs."""
 
+import contextlib
 import hashlib
 import json
 import time
@@ -174,6 +175,8 @@ class KubernetesBackend:
                 manifests.A_TAG
             ) != submission.tag:
                 raise SubmitRejected(f"a Job {ns}/{name} exists for another attempt") from exc
+        if submission.secrets:
+            self._create_secret(job=job, created=created, values=submission.secrets)
         if submission.nodes > 1:
             svc = manifests.service(job=job, owner_uid=created["metadata"]["uid"])
             try:
@@ -182,6 +185,25 @@ class KubernetesBackend:
                 if exc.status != 409:
                     raise SubmitRejected(str(exc)) from exc
         return f"{ns}/{name}"
+
+    def _create_secret(self, *, job: dict, created: dict, values: dict[str, str]) -> None:
+        """The attempt's Secret, owned by its Job (the pod waits for it: its env reads it).
+        The platform may create and delete Secrets, never read or list them (RBAC). One
+        left by an earlier try of this submit is replaced; failing, the Job goes too."""
+        secret = manifests.job_secret(job=job, owner_uid=created["metadata"]["uid"], values=values)
+        meta = secret["metadata"]
+        try:
+            try:
+                self.client.create(secret)
+            except ApiError as exc:
+                if exc.status != 409:
+                    raise
+                self.client.delete("Secret", namespace=meta["namespace"], name=meta["name"])
+                self.client.create(secret)
+        except ApiError as exc:
+            with contextlib.suppress(ApiError):  # the pod would wait for it for ever
+                self.client.delete("Job", namespace=meta["namespace"], name=meta["name"])
+            raise SubmitRejected(f"the job's Secret: HTTP {exc.status}") from None
 
     def _records(self, *, tag: str | None = None) -> dict[str, dict]:
         records, beat = self.store.read(tag=tag)

@@ -20,6 +20,7 @@ KINDS = {
     "Node": ("/api/v1", "nodes", False),
     "Pod": ("/api/v1", "pods", True),
     "Service": ("/api/v1", "services", True),
+    "Secret": ("/api/v1", "secrets", True),
     "Event": ("/api/v1", "events", True),
     "ResourceQuota": ("/api/v1", "resourcequotas", True),
     "PersistentVolume": ("/api/v1", "persistentvolumes", False),

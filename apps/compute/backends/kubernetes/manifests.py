@@ -1,6 +1,7 @@
 """Kubernetes objects as plain dicts (pure functions, no client calls). Every value that
 comes from outside is checked by `names` on its way in; the client sends these as JSON."""
 
+import base64
 import ipaddress
 from pathlib import Path
 
@@ -353,6 +354,7 @@ def job(
         raise names.InvalidValue("time_limit", "must be positive")
     image = names.image(s.image or settings.default_image, field="image")
     environment = names.environment(job_environment(submission=s, name=name, namespace=ns))
+    environment += secret_environment(submission=s, secret=name)
     if s.kind == "serve":
         image, serving_env = serving(settings=settings)
         environment += serving_env
@@ -452,6 +454,52 @@ def job(
             "annotations": annotations,
         },
         "spec": spec,
+    }
+
+
+def secret_environment(*, submission: Submission, secret: str) -> list[dict]:
+    """The container's env entries of the submission's secrets: each read from the attempt's
+    Secret (`job_secret`, named as its Job) through secretKeyRef, never a value."""
+    out = []
+    for key in submission.secrets:
+        if submission.environment.get(key) is not None:
+            raise names.InvalidValue("secrets", f"{key} is also a plain variable")
+        names.environment({key: ""}, field="secrets")  # a variable name
+        ref = {"name": secret, "key": key}
+        out.append({"name": key, "valueFrom": {"secretKeyRef": ref}})
+    return out
+
+
+def _owned_by(job: dict, owner_uid: str) -> dict:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "name": job["metadata"]["name"],
+        "uid": names.label_value(owner_uid, field="owner uid"),
+        "blockOwnerDeletion": True,
+    }
+
+
+def job_secret(*, job: dict, owner_uid: str, values: dict[str, str]) -> dict:
+    """The Secret an attempt's container reads its secrets from (`secret_environment`): in
+    the tenant's namespace, named as the Job and owned by it (deleting the Job deletes it)."""
+    meta = job["metadata"]
+    data = {}
+    for key, value in values.items():
+        names.environment({key: value}, field="secrets")  # a variable name, a text value
+        data[key] = base64.b64encode(value.encode()).decode()
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "immutable": True,
+        "metadata": {
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "labels": {k: v for k, v in meta["labels"].items() if k != QUEUE_LABEL},
+            "ownerReferences": [_owned_by(job, owner_uid)],
+        },
+        "data": data,
     }
 
 
