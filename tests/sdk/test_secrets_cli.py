@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from apps.secrets.crypto import decrypt
+from apps.secrets.models import ProjectSecret
 from apps.tenancy.models import Role
 from torus import Client, TorusError
 
@@ -74,10 +76,8 @@ def run_cli_on_a_terminal(*args: str, token: str, url: str, typed: str) -> tuple
 
 def stored_value(project, name: str) -> str | None:
     """What the platform holds for `name`, decrypted (None: no such secret)."""
-    from apps.secrets import selectors
-
-    values = selectors.secret_values(project_id=project.id, names=[name])
-    return values.get(name)
+    row = ProjectSecret.objects.filter(project=project, name=name).first()
+    return None if row is None else decrypt(row.ciphertext)
 
 
 def test_sdk_sets_lists_replaces_and_deletes_and_never_reads_a_value(live_server, acme):
