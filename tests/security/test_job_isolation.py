@@ -291,6 +291,7 @@ def test_the_shipper_reads_job_logs_as_the_platforms_own_unprivileged_account(
         "TORUS_DATABASE_URL": (
             f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
         ),
+        "TORUS_JOB_ROOT": settings.TORUS_JOB_ROOT,  # logs are read only below the job root
     }
     platform_user = pwd.getpwnam(settings.TORUS_SERVICE_USER)
     assert platform_user.pw_uid != 0
