@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from apps.compute.backends.base import SubmitRejected
-from apps.compute.backends.slurm import LAUNCHER, render_request, sbatch_argv
+from apps.compute.backends.slurm import LAUNCHER, render_request, sbatch_options
 from apps.compute.models import Cluster
 from apps.identity.services import JobIdentity
 from apps.jobs.dispatch import build_submission
@@ -47,7 +47,6 @@ HOSTILE = st.sampled_from(
 TEXT = st.lists(st.one_of(HOSTILE, st.text(max_size=12)), max_size=4).map("".join)
 ARG = TEXT.filter(lambda s: "\x00" not in s)
 SBATCH_OPTIONS = {
-    "export",
     "job-name",
     "comment",
     "chdir",
@@ -61,8 +60,6 @@ SBATCH_OPTIONS = {
     "partition",
     "gres",
     "exclude",
-    "uid",
-    "gid",
     "account",
     "nice",
 }
@@ -157,14 +154,16 @@ def test_rendered_request_carries_user_values_only_as_data(argv, env, name, labe
     assert _decode(environment["TORUS_ARGV"]) == argv
     assert job["nodes"] == [2, 2] and job["gres"] == "gpu:1" and job["requeue"] is False
 
-    argv_out = sbatch_argv(submission)
-    assert argv_out[:2] == ["sbatch", "--parsable"]
-    options = dict(item[2:].split("=", 1) for item in argv_out[2:] if "=" in item)
+    # the sbatch fallback's options (the helper runs sbatch as the submitter): the helper's
+    # allowlist only, never an identity or the environment, which goes on --export-file
+    argv_out = sbatch_options(submission)
+    assert argv_out[:2] == ["--parsable", "--no-requeue"]
+    options = dict(item[2:].split("=", 1) for item in argv_out[2:])
     assert set(options) <= SBATCH_OPTIONS
     assert options["job-name"] == spec["name"] and options["comment"] == attempt.tag
     assert all("\n" not in item for item in argv_out)
-    # whatever the spec says, the job runs as the submitter's identity, charged to the project
-    assert (options["uid"], options["gid"], options["account"]) == ("200001", "300002", "p-t_p")
+    # whatever the spec says, the job is charged to the project
+    assert options["account"] == "p-t_p"
     assert job["account"] == "p-t_p" and environment["USER"] == "alice"
 
 
@@ -192,8 +191,21 @@ def test_a_submission_without_a_user_identity_is_refused():
         with pytest.raises(SubmitRejected):
             render_request(as_root)
         with pytest.raises(SubmitRejected):
-            sbatch_argv(as_root)
+            sbatch_options(as_root)
 
 
 def test_the_launcher_has_no_directives():
     assert "#SBATCH" not in LAUNCHER
+
+
+def test_secrets_go_into_the_jobs_environment_only():
+    serializer = JobSpecSerializer(
+        data={"project": str(uuid.uuid4()), "name": "s", "command": ["id"], "env": {"A": "1"}}
+    )
+    assert serializer.is_valid(), serializer.errors
+    _, submission = _submission(normalise(dict(serializer.validated_data)))
+    submission = dataclasses.replace(submission, secrets={"HF_TOKEN": "hf_value"})
+    environment = render_request(submission)["job"]["environment"]
+    assert environment["HF_TOKEN"] == "hf_value" and environment["A"] == "1"
+    assert "hf_value" not in json.dumps(sbatch_options(submission))
+    assert "HF_TOKEN" not in submission.environment

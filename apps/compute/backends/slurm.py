@@ -1,15 +1,18 @@
 """The Slurm backend: slurmrestd (JWT) for submit, queue and inventory; sbatch and sacct as
-fallbacks. Every call here is one RPC to the controller, whatever the number of jobs."""
+fallbacks. Every call here is one RPC to the controller, whatever the number of jobs.
 
-import os
+No root program runs with a tenant's input: slurmrestd is called with a token the privileged
+helper makes for the submitter, and the sbatch fallback runs as the submitter through the
+helper, the job's variables only on its --export-file. The platform's own reads and sacctmgr
+run as the platform's account (a Slurm operator) with a fixed environment."""
+
 import subprocess
 import threading
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
-import jwt
+from django.conf import settings
 
 from apps.compute.backends.base import (
     BackendJob,
@@ -22,6 +25,7 @@ from apps.compute.backends.base import (
 )
 from apps.compute.hostlist import expand
 from apps.compute.models import Cluster
+from apps.identity import privileged
 
 LAUNCHER = (Path(__file__).with_name("launcher.sh")).read_text()
 TAG_PREFIX = "torus:"
@@ -55,6 +59,11 @@ OUTCOMES = {
 # Node state words of a node that cannot run work: its attempts are restarted elsewhere.
 UNHEALTHY_NODE_WORDS = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "UNKNOWN")
 
+# The only environment the platform's own Slurm commands (sacct, sacctmgr) ever get.
+FIXED_PATH = "/usr/bin:/bin"
+# A Slurm client's words for a controller it could not reach (the request was never taken).
+UNREACHABLE = ("Unable to contact", "Connection refused")
+
 _clients: dict[str, httpx.Client] = {}
 _clients_lock = threading.Lock()
 
@@ -63,6 +72,12 @@ def _check_identity(submission: Submission) -> None:
     """Jobs run as their submitter, never as root or a system account."""
     if not submission.user or submission.uid < 1000 or submission.gid < 1000:
         raise SubmitRejected("a job needs its submitter's POSIX identity; root is refused")
+
+
+def job_environment(submission: Submission) -> dict[str, str]:
+    """The job's whole environment: the submission's variables and its secrets (which are
+    never in `environment`, the database or any argv). It only ever reaches the job."""
+    return {**submission.environment, **submission.secrets}
 
 
 def render_request(submission: Submission) -> dict:
@@ -75,7 +90,7 @@ def render_request(submission: Submission) -> dict:
         "name": submission.name,
         "comment": submission.tag,
         "account": submission.account,
-        "environment": dict(submission.environment),
+        "environment": job_environment(submission),
         "current_working_directory": submission.working_dir,
         "standard_output": submission.stdout_path,
         "standard_error": submission.stderr_path,
@@ -105,16 +120,15 @@ def gres_request(submission: Submission) -> str:
     return ":".join([*parts, str(submission.accelerators_per_node)])
 
 
-def sbatch_argv(submission: Submission) -> list[str]:
-    """The same request as sbatch arguments (each value one argv item, never shell text)."""
+def sbatch_options(submission: Submission) -> list[str]:
+    """The same request as sbatch options for the privileged helper, which runs sbatch as the
+    submitter (its uid, the project's group as the primary group: the job's group, as sbatch
+    --gid set it before). Each value is one argv item, never shell text; no --uid, --gid or
+    --export (the helper refuses them: the job's variables go on its --export-file)."""
     _check_identity(submission)
     argv = [
-        "sbatch",
         "--parsable",
-        "--export=ALL",  # the environment sbatch is given: the submission's, nothing else
         "--no-requeue",
-        f"--uid={submission.uid}",
-        f"--gid={submission.gid}",
         f"--account={submission.account}",
         f"--job-name={submission.name}",
         f"--comment={submission.tag}",
@@ -177,20 +191,23 @@ class SlurmBackend:
         self.cluster = cluster
         self.url = config.get("restd_url", "http://127.0.0.1:16820").rstrip("/")
         self.version = config.get("api_version", "v0.0.38")
-        self.user = config.get("user", "root")
-        self.jwt_key_path = config.get("jwt_key_path", "")
+        # The platform's reads act as its own account, a Slurm operator (never root: a
+        # cluster registered before kept "root" in its config).
+        user = config.get("user") or settings.TORUS_SERVICE_USER
+        self.user = settings.TORUS_SERVICE_USER if user == "root" else user
         self.slurm_conf = config.get("slurm_conf", "")
         self.timeout = float(config.get("timeout", 20))
 
     # -- transport ---------------------------------------------------------------------
 
     def _token(self, user: str) -> str:
+        """A JWT for `user`, made by the privileged helper (only it reads the key)."""
         try:
-            key = Path(self.jwt_key_path).read_bytes()
-        except OSError as exc:
-            raise ClusterUnavailable(f"cannot read the JWT key {self.jwt_key_path}: {exc}") from exc
-        now = int(time.time())
-        return jwt.encode({"iat": now, "exp": now + 3600, "sun": user}, key, "HS256")
+            return privileged.slurm_token(user=user)
+        except privileged.HelperRefused as exc:  # e.g. a name outside the uid range: for good
+            raise SubmitRejected(f"no Slurm token for {user}: {exc}") from exc
+        except privileged.HelperError as exc:  # not reached, or the key could not be read
+            raise ClusterUnavailable(f"no Slurm token for {user}: {exc}") from exc
 
     def _client(self) -> httpx.Client:
         with _clients_lock:
@@ -234,23 +251,24 @@ class SlurmBackend:
             raise SubmitRejected(message)
         raise ClusterUnavailable(f"slurmrestd: {message}")
 
-    def _run(self, argv: list[str], *, env: dict | None = None, stdin: str | None = None) -> str:
-        base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "SLURM_CONF": self.slurm_conf}
+    def _run(self, argv: list[str]) -> str:
+        """One of the platform's own Slurm commands (sacct, sacctmgr), as the calling process
+        (the platform's account) with a fixed environment: never a submission's."""
+        env = {"PATH": FIXED_PATH, "SLURM_CONF": self.slurm_conf}
         try:
             result = subprocess.run(  # noqa: S603 (argv list, no shell)
                 argv,
-                input=stdin,
                 capture_output=True,
                 text=True,
                 timeout=self.timeout,
-                env={**base, **(env or {})},
+                env=env,
                 check=False,
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise ClusterUnavailable(f"{argv[0]}: {exc}") from exc
         if result.returncode != 0:
             message = result.stderr.strip() or f"{argv[0]} exited {result.returncode}"
-            if "Unable to contact" in message or "Connection refused" in message:
+            if any(words in message for words in UNREACHABLE):
                 raise ClusterUnavailable(message)
             raise SubmitRejected(message)
         return result.stdout
@@ -273,7 +291,29 @@ class SlurmBackend:
         return str(body["job_id"])
 
     def submit_with_sbatch(self, submission: Submission) -> str:
-        out = self._run(sbatch_argv(submission), env=submission.environment, stdin=LAUNCHER)
+        """sbatch run by the privileged helper as the submitter, in the helper's own fixed
+        environment; the job's variables reach the job only through --export-file."""
+        options = sbatch_options(submission)
+        try:
+            out = privileged.sbatch(
+                user=submission.user,
+                uid=submission.uid,
+                gid=submission.gid,
+                options=options,
+                script=LAUNCHER,
+                environment=job_environment(submission),
+                # --export=ALL (sbatch's default): the file's variables win over the helper's
+                # fixed PATH, SLURM_CONF and LANG, so the job's are exactly the submission's
+                # (and sbatch's SLURM_*); --export=NONE would drop the file's (Slurm 22.05)
+                export_none=False,
+            )
+        except privileged.HelperRefused as exc:  # a rule of the helper, or sbatch's own exit
+            message = str(exc)
+            if any(words in message for words in UNREACHABLE):
+                raise ClusterUnavailable(message) from exc
+            raise SubmitRejected(message) from exc
+        except privileged.HelperError as exc:  # not reached, or sbatch could not be started
+            raise ClusterUnavailable(f"sbatch: {exc}") from exc
         return out.strip().split(";")[0]
 
     def jobs(self) -> list[BackendJob]:

@@ -85,9 +85,10 @@ class Command(BaseCommand):
                 "config": {
                     "restd_url": env["TORUS_SLURMRESTD_URL"],
                     "api_version": env.get("TORUS_SLURMRESTD_API", "v0.0.38"),
-                    "jwt_key_path": env["TORUS_SLURM_JWT_KEY"],
                     "slurm_conf": env["SLURM_CONF"],
-                    "user": "root",
+                    # reads as the platform's account, a Slurm operator; its tokens (and every
+                    # user's) come from the privileged helper, which alone reads the JWT key
+                    "user": settings.TORUS_SERVICE_USER,
                 },
             },
         )
