@@ -48,6 +48,7 @@ class KubernetesBackend:
         self._client = None
         # within one backend object (a dispatch pass): what the cache said, asked once
         self._pools: list[str] | None = None
+        self._apiserver: list[str] | None = None
         self._placed: dict[tuple[str, str], str] = {}
 
     @property
@@ -82,6 +83,38 @@ class KubernetesBackend:
         )
         return sorted(names.qualified_name(r, field="accelerator resource") for r in found)
 
+    def apiserver_addresses(self) -> list[str]:
+        """The apiserver as a pod reaches it: the `kubernetes` Service's cluster IPs and its
+        endpoints (a CNI may apply policy before or after the Service's address is
+        translated), as /32 and /128 networks; cached ten minutes. A cluster without the
+        EndpointSlice (an apiserver on loopback) gives the Service's addresses only."""
+        if self._apiserver is not None:
+            return self._apiserver
+        key = f"torus:k8s:{self.cluster.pk}:apiserver"
+        found = cache.get(key)
+        if found is None:
+            service = self.client.get("Service", namespace="default", name="kubernetes")
+            spec = service.get("spec") or {}
+            addresses = set(spec.get("clusterIPs") or [spec.get("clusterIP")])
+            try:
+                sliced = self.client.get("EndpointSlice", namespace="default", name="kubernetes")
+            except ApiError as exc:  # none where the apiserver advertises a loopback address
+                if exc.status != 404:
+                    raise
+                sliced = {}
+            for endpoint in sliced.get("endpoints") or []:
+                addresses.update(endpoint.get("addresses") or [])
+            found = sorted(
+                names.cidr(a, field="the apiserver's address")
+                for a in addresses
+                if a and a != "None"
+            )
+            if not found:
+                raise ClusterUnavailable("the apiserver's Service has no address")
+            cache.set(key, found, timeout=600)
+        self._apiserver = found
+        return found
+
     def place_objects(self, *, tenant: str, project: str) -> list[dict]:
         """The tenant's namespace with its guard rails and queue, and the project's volume
         (the quota objects: tenant_gpu_limit)."""
@@ -91,6 +124,7 @@ class KubernetesBackend:
         objects = [
             manifests.namespace(name=ns, tenant=tenant, project=per_project),
             manifests.network_policy(namespace=ns),
+            manifests.egress_policy(settings=s, namespace=ns, apiserver=self.apiserver_addresses()),
             manifests.persistent_volume(settings=s, tenant=tenant, project=project, namespace=ns),
             manifests.persistent_volume_claim(
                 settings=s, tenant=tenant, project=project, namespace=ns

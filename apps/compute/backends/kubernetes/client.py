@@ -26,6 +26,7 @@ KINDS = {
     "PersistentVolume": ("/api/v1", "persistentvolumes", False),
     "PersistentVolumeClaim": ("/api/v1", "persistentvolumeclaims", True),
     "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies", True),
+    "EndpointSlice": ("/apis/discovery.k8s.io/v1", "endpointslices", True),
     "Job": ("/apis/batch/v1", "jobs", True),
     "ResourceFlavor": ("/apis/kueue.x-k8s.io/v1beta2", "resourceflavors", False),
     "ClusterQueue": ("/apis/kueue.x-k8s.io/v1beta2", "clusterqueues", False),

@@ -3,6 +3,9 @@ their partitions and nodes: the Slurm cluster (settings from $TORUS_VAR_DIR/slur
 platform's default) and, when components/kubernetes has run, the Kubernetes one (TORUS_K8S_*
 from the environment or secrets/services.env)."""
 
+import ipaddress
+import json
+import subprocess
 from pathlib import Path
 
 from django.conf import settings
@@ -102,6 +105,9 @@ class Command(BaseCommand):
             "storage_class": "",
             "kueue": True,
             "default_image": KUBERNETES_DEFAULT_IMAGE,
+            # the platform's services run on this machine: its addresses are out of the
+            # tenants' egress (docs/kubernetes.md, Egress)
+            "egress_deny_cidrs": _machine_networks(),
         }
         visibility_url = env_str("TORUS_K8S_VISIBILITY_URL", "")
         if visibility_url:
@@ -128,3 +134,20 @@ class Command(BaseCommand):
         nodes = ", ".join(f"{n.name} ({n.state})" for n in cluster.nodes.all())
         verb = "registered" if created else "updated"
         self.stdout.write(f"cluster {cluster.name} {verb}: {nodes}")
+
+
+def _machine_networks() -> list[str]:
+    """Loopback and this machine's own global addresses (`ip -j addr`), as /32 and /128."""
+    found = ["127.0.0.0/8", "::1/128"]
+    try:
+        shown = subprocess.run(
+            ["/usr/bin/ip", "-j", "addr", "show"], capture_output=True, check=True, timeout=10
+        )
+        links = json.loads(shown.stdout)
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return found
+    for link in links:
+        for address in link.get("addr_info") or []:
+            if address.get("scope") == "global" and address.get("local"):
+                found.append(str(ipaddress.ip_network(address["local"])))
+    return found
