@@ -107,11 +107,13 @@ def acme_objects(acme, cluster) -> dict:
         version=version,
         created_by=acme.users[Role.MEMBER],
     )
-    ProjectSecret.objects.create(  # reached through its project: /projects/{pk}/secrets/
-        tenant=acme.tenant,
+    ProjectSecret.objects.get_or_create(  # reached through its project: /projects/{pk}/secrets/
         project=acme.project,
         name="HF_TOKEN",
-        ciphertext=crypto.encrypt(f"hf_{acme.tenant.slug}_route_walk"),
+        defaults={
+            "tenant": acme.tenant,
+            "ciphertext": crypto.encrypt(f"hf_{acme.tenant.slug}_route_walk"),
+        },
     )
     return {
         "deployment": deployment,
