@@ -18,6 +18,8 @@ Verbs (every argument typed and checked; no shell; every refusal logged with its
     sbatch        run sbatch as a user with a fixed environment; variables via --export-file
     stager-evict  run the node cache's stager as a cache subtree's owner ("evict")
     slurm-token   an HS256 JWT for a user in the range or the platform account
+    local-*       local accounts (groupadd, useradd, chpasswd, gpasswd --members) for a site
+                  without a directory: names and numbers of the ranges only
     ping
 Usage: torus_helperd.py CONFIG
 """
@@ -25,6 +27,7 @@ Usage: torus_helperd.py CONFIG
 import base64
 import contextlib
 import errno
+import grp
 import hashlib
 import hmac
 import json
@@ -494,6 +497,81 @@ class Helper:
         token = signed + b"." + base64.urlsafe_b64encode(mac).rstrip(b"=")
         return {"token": token.decode(), "exp": claims["exp"]}
 
+    # -- local accounts (TORUS_IDENTITY_BACKEND=local): names and numbers of the ranges only --
+
+    def _admin(self, argv: list[str], *, stdin: str | None = None) -> dict:
+        result = subprocess.run(  # noqa: S603 (fixed programs; every argument checked)
+            argv,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C"},
+            cwd="/",
+            timeout=60,
+            check=False,
+        )
+        if result.returncode != 0:
+            raise Failed(f"{os.path.basename(argv[0])}: {result.stderr.strip()[:500]}")
+        return {}
+
+    def _name(self, request: dict, key: str = "name") -> str:
+        name = _str(request, key, limit=32)
+        if not NAME_RE.match(name):
+            raise Refused(f"{key} {name!r} is not a valid user or group name")
+        return name
+
+    def _own_group(self, name: str) -> None:
+        """An existing group with a number of the gid range (never root's, sudo, ...)."""
+        try:
+            gid = grp.getgrnam(name).gr_gid
+        except KeyError as exc:
+            raise Refused(f"group {name!r} does not exist") from exc
+        if not self._in_range(gid, self.gid_range):
+            raise Refused(f"group {name!r} (gid {gid}) is outside the gid range")
+
+    def verb_local_group(self, request: dict) -> dict:
+        name, gid = self._name(request), _int(request, "gid")
+        if not self._in_range(gid, self.gid_range):
+            raise Refused(f"gid {gid} is outside the gid range")
+        return self._admin(["/usr/sbin/groupadd", "--gid", str(gid), "--", name])
+
+    def verb_local_user(self, request: dict) -> dict:
+        """A user and its private group (same name)."""
+        name, uid, gid = self._name(request), _int(request, "uid"), _int(request, "gid")
+        if not self._in_range(uid, self.uid_range) or not self._in_range(gid, self.gid_range):
+            raise Refused(f"uid {uid} or gid {gid} is outside its range")
+        comment = request.get("comment", "")
+        if type(comment) is not str or len(comment) > 128 or not comment.isprintable():
+            raise Refused("comment must be printable, at most 128 characters")
+        comment = comment.replace(":", " ") or name
+        self._admin(["/usr/sbin/groupadd", "--gid", str(gid), "--", name])
+        return self._admin(
+            ["/usr/sbin/useradd", "--uid", str(uid), "--gid", str(gid), "--no-create-home",
+             "--home-dir", "/nonexistent", "--shell", "/bin/bash", "--comment", comment, "--",
+             name]
+        )  # fmt: skip
+
+    def verb_local_password(self, request: dict) -> dict:
+        name = self._name(request)
+        self._user(name)
+        password = _str(request, "password", limit=256)
+        if "\n" in password or "\r" in password:
+            raise Refused("password must be one line")
+        return self._admin(["/usr/sbin/chpasswd"], stdin=f"{name}:{password}\n")
+
+    def verb_local_members(self, request: dict) -> dict:
+        name = self._name(request)
+        self._own_group(name)
+        members = request.get("members")
+        if type(members) is not list or len(members) > 10000:
+            raise Refused("members must be a list of user names")
+        for member in members:
+            if type(member) is not str or not NAME_RE.match(member):
+                raise Refused(f"member {str(member)[:40]!r} is not a valid user name")
+            self._user(member)
+        listed = ",".join(sorted(set(members)))
+        return self._admin(["/usr/bin/gpasswd", "--members", listed, name])
+
     VERBS = {
         "ping": verb_ping,
         "dirs": verb_dirs,
@@ -502,6 +580,10 @@ class Helper:
         "sbatch": verb_sbatch,
         "stager-evict": verb_stager_evict,
         "slurm-token": verb_slurm_token,
+        "local-group": verb_local_group,
+        "local-user": verb_local_user,
+        "local-password": verb_local_password,
+        "local-members": verb_local_members,
     }
 
     def handle(self, caller: int, line: bytes) -> dict:
@@ -546,6 +628,9 @@ def _summary(verb: str, request: dict, answer: dict) -> str:
         return ", ".join(str(f.get("path")) for f in request.get("files", []))
     if verb == "sbatch":
         return f"user {request.get('user')} exit {answer.get('returncode')}"
+    if verb.startswith("local-"):  # never the password
+        numbers = [request.get(k) for k in ("uid", "gid") if k in request]
+        return f"{request.get('name')} {numbers or ''} {request.get('members') or ''}".strip()
     return f"{request.get('subtree')} {request.get('version')} exit {answer.get('returncode')}"
 
 

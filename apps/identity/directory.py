@@ -9,7 +9,6 @@ local commands only as argv items.
 
 import grp
 import pwd
-import subprocess
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -22,6 +21,7 @@ import ldap.modlist
 from django.conf import settings
 
 from apps.core.exceptions import Unavailable
+from apps.identity import privileged
 
 
 class DirectoryUnavailable(Unavailable):
@@ -166,13 +166,17 @@ class LdapDirectory:
 
 
 class LocalDirectory:
-    """Local accounts (/etc/passwd, /etc/group) on the machine the platform manages; a site
-    with several nodes and no directory runs the same commands on each (docs/security.md)."""
+    """Local accounts (/etc/passwd, /etc/group) on the machine the platform manages, made by
+    the privileged helper (groupadd, useradd, chpasswd, gpasswd: names and numbers of the
+    ranges only); a site with several nodes and no directory runs the same on each
+    (docs/security.md)."""
 
-    def _run(self, argv: list[str]) -> None:
-        result = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)  # noqa: S603
-        if result.returncode != 0:
-            raise DirectoryUnavailable(f"{argv[0]}: {result.stderr.strip()}")
+    def _run(self, call, **arguments) -> None:
+        """One local-account verb of the privileged helper (the platform is not root)."""
+        try:
+            call(**arguments)
+        except privileged.HelperError as exc:
+            raise DirectoryUnavailable(f"local accounts: {exc}") from exc
 
     def find_user(self, name: str) -> Entry | None:
         try:
@@ -196,31 +200,19 @@ class LocalDirectory:
         return max((n for n in numbers if low <= n <= high), default=None)
 
     def add_user(self, *, name, uid, gid, full_name, email, password) -> None:
-        self._run(["groupadd", "--gid", str(gid), "--", name])
-        comment = (full_name or name).replace(":", " ").replace("\n", " ")
-        self._run(
-            ["useradd", "--uid", str(uid), "--gid", str(gid), "--no-create-home",
-             "--home-dir", "/nonexistent", "--shell", "/bin/bash", "--comment", comment, "--", name]
-        )  # fmt: skip
+        comment = "".join(c if c.isprintable() else " " for c in (full_name or name))[:128]
+        self._run(privileged.local_user_add, name=name, uid=uid, gid=gid, comment=comment)
         if password:
             self.set_password(name=name, password=password)
 
     def set_password(self, *, name: str, password: str) -> None:
-        result = subprocess.run(
-            ["chpasswd"],  # noqa: S607 (Debian's, from PATH)
-            input=f"{name}:{password}\n",
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if result.returncode != 0:
-            raise DirectoryUnavailable(f"chpasswd: {result.stderr.strip()}")
+        self._run(privileged.local_password_set, name=name, password=password)
 
     def add_group(self, *, name: str, gid: int) -> None:
-        self._run(["groupadd", "--gid", str(gid), "--", name])
+        self._run(privileged.local_group_add, name=name, gid=gid)
 
     def set_members(self, *, name: str, members: list[str]) -> None:
-        self._run(["gpasswd", "--members", ",".join(sorted(set(members))), name])
+        self._run(privileged.local_members_set, name=name, members=sorted(set(members)))
 
 
 @cache

@@ -193,5 +193,24 @@ def slurm_token(*, user: str) -> str:
     return answer["token"]
 
 
+def local_group_add(*, name: str, gid: int) -> None:
+    """A local group (`groupadd`) of the gid range: TORUS_IDENTITY_BACKEND=local."""
+    _call({"verb": "local-group", "name": name, "gid": gid})
+
+
+def local_user_add(*, name: str, uid: int, gid: int, comment: str) -> None:
+    """A local user of the uid range and its private group of the same name."""
+    _call({"verb": "local-user", "name": name, "uid": uid, "gid": gid, "comment": comment})
+
+
+def local_password_set(*, name: str, password: str) -> None:
+    _call({"verb": "local-password", "name": name, "password": password})
+
+
+def local_members_set(*, name: str, members: list[str]) -> None:
+    """The members of a local group of the gid range (`gpasswd --members`)."""
+    _call({"verb": "local-members", "name": name, "members": members})
+
+
 def ping() -> None:
     _call({"verb": "ping"}, timeout=5.0)

@@ -379,3 +379,33 @@ def test_sbatch_runs_as_the_user_with_only_the_environment_it_is_given(acme, slu
     assert printed.startswith("a b\nc|/opt/own/bin:/usr/bin:/bin|")
     assert os.stat(out / "out.txt").st_uid == identity.uid
     assert grp.getgrgid(identity.gid).gr_name == identity.account
+
+
+def test_local_accounts_only_with_names_and_numbers_of_the_ranges():
+    """TORUS_IDENTITY_BACKEND=local: groupadd, useradd and gpasswd through the helper."""
+    name, user = f"tp{uuid.uuid4().hex[:10]}", f"tu{uuid.uuid4().hex[:10]}"
+    log = HelperLog()
+    try:
+        for call, reason in (
+            (lambda: privileged.local_group_add(name=name, gid=100), "gid 100 is outside"),
+            (lambda: privileged.local_group_add(name="Bad Name", gid=GID), "not a valid"),
+            (lambda: privileged.local_user_add(name=user, uid=0, gid=GID, comment=""), "uid 0"),
+            (lambda: privileged.local_members_set(name="sudo", members=[]), "outside the gid"),
+            (lambda: privileged.local_members_set(name="root", members=["root"]), "outside"),
+        ):
+            refused(call, log, reason)
+        with pytest.raises(KeyError):
+            grp.getgrnam(name)
+        assert "refused local-members from uid 0: group 'sudo'" in log.new()
+        # allowed: a group and a user of the ranges, the user a member of the group
+        privileged.local_group_add(name=name, gid=GID - 1)
+        privileged.local_user_add(name=user, uid=UID - 1, gid=GID - 2, comment="Ada: L")
+        with pytest.raises(privileged.HelperRefused, match="outside the uid range"):
+            privileged.local_members_set(name=name, members=[user, "root"])
+        privileged.local_members_set(name=name, members=[user])
+        assert grp.getgrnam(name).gr_mem == [user]
+        assert (pwd.getpwnam(user).pw_uid, pwd.getpwnam(user).pw_gecos) == (UID - 1, "Ada  L")
+    finally:
+        subprocess.run(["userdel", user], capture_output=True, check=False)
+        for group in (user, name):
+            subprocess.run(["groupdel", group], capture_output=True, check=False)
