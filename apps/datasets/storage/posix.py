@@ -1,12 +1,13 @@
 """Datasets and model files on the shared filesystem, in the per-tenant tree.
 
 A key `<tenant>/<project>/<datasets|models>/...` is the path under settings.TORUS_JOB_ROOT.
-`<project>/datasets` and `<project>/models` are made by the root worker (apps/identity/storage.py)
-owned by the platform account with the project's group, setgid, 2750; everything below is
-written by the platform account (the web process), directories 2750 and files 0640, so the
-project's jobs read them through the group and nobody else can. Unfinished uploads live in
-`<project>/<kind>/.uploads/<upload id>` on the same filesystem and are renamed into place.
-A sealed prefix loses its write bits; writes below a directory without them are refused.
+`<project>/datasets` and `<project>/models` are made by the privileged helper
+(apps/identity/storage.py) owned by the platform account with the project's group, setgid,
+2750; everything below is written by the platform account (the web process), directories
+2750 and files 0640, so the project's jobs read them through the group and nobody else can.
+Unfinished uploads live in `<project>/<kind>/.uploads/<upload id>` on the same filesystem
+and are renamed into place. A sealed prefix loses its write bits; writes below a directory
+without them are refused.
 """
 
 import contextlib
@@ -48,8 +49,8 @@ def _platform_uid() -> int | None:
 
 
 def _own(path: Path) -> None:
-    """Run as root (tests, a root web process), hand what was made to the platform account;
-    the group comes from the setgid parent."""
+    """Run as root (tests; the portal's processes are the platform account and own what they
+    make), hand what was made to the platform account; the group comes from the setgid parent."""
     if os.geteuid() == 0 and (uid := _platform_uid()) is not None:
         os.chown(path, uid, -1, follow_symlinks=False)
 
@@ -75,7 +76,7 @@ class PosixStorage(Storage):
         return path
 
     def _area(self, key: str) -> Path:
-        """`<tenant>/<project>/<kind>`: made by the root worker, never here."""
+        """`<tenant>/<project>/<kind>`: made through the privileged helper, never here."""
         area = self.root.joinpath(*key.split("/")[:3])
         if not area.is_dir():
             raise StorageError(f"{area} does not exist (the project's storage is not set up)")

@@ -58,8 +58,8 @@ def _code(exc: ClientError) -> str:
 
 
 def _own(path: Path) -> None:
-    """Run as root (the worker, tests), give what it made in the staging directory to that
-    directory's owner (the platform account, as which the web process appends)."""
+    """Run as root (tests; the portal's processes are the platform account), give what it
+    made in the staging directory to that directory's owner (the platform account)."""
     if os.geteuid() == 0:
         info = Path(settings.TORUS_S3_STAGING_DIR).stat()
         os.chown(path, info.st_uid, info.st_gid, follow_symlinks=False)
