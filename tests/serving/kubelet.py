@@ -10,6 +10,7 @@ pod goes away. The command is the manifest's own, unchanged (the backend's launc
 replica's script, then the engine from the cluster's serving_engine), so everything the
 platform put in the pod is exercised."""
 
+import base64
 import contextlib
 import os
 import signal
@@ -61,7 +62,12 @@ class Kubelet:
         (container,) = pod.spec.containers
         env = {}
         for var in container.env or []:
-            if var.value_from is not None:
+            if var.value_from is not None and var.value_from.secret_key_ref is not None:
+                # as a kubelet does: the key of the pod's namespace's Secret (the engine key)
+                ref = var.value_from.secret_key_ref
+                secret = self.core.read_namespaced_secret(ref.name, pod.metadata.namespace)
+                env[var.name] = base64.b64decode(secret.data[ref.key]).decode()
+            elif var.value_from is not None:
                 assert var.value_from.field_ref.field_path == "status.podIP", var
                 env[var.name] = pod.status.pod_ip
             else:
