@@ -210,10 +210,10 @@ TORUS_IDENTITY_BACKEND = env_str("TORUS_IDENTITY_BACKEND", "ldap")
 TORUS_UID_RANGE = env_range("TORUS_UID_RANGE", (200000, 299999))
 TORUS_GID_RANGE = env_range("TORUS_GID_RANGE", (300000, 399999))
 TORUS_SERVICE_USER = env_str("TORUS_SERVICE_USER", "torus")
-TORUS_LDAP_URL = env_str("TORUS_LDAP_URL", "ldap://127.0.0.1:13389")
 # The privileged helper's socket (helper/torus_helperd.py, started by platform/services):
 # what needs root (directories for users, sbatch as a user, Slurm tokens) is asked of it.
 TORUS_HELPER_SOCKET = env_str("TORUS_HELPER_SOCKET", str(VAR_DIR / "run" / "helper.sock"))
+TORUS_LDAP_URL = env_str("TORUS_LDAP_URL", "ldap://127.0.0.1:13389")
 TORUS_LDAP_BASE_DN = env_str("TORUS_LDAP_BASE_DN", "dc=torus,dc=internal")
 TORUS_LDAP_BIND_DN = env_str("TORUS_LDAP_BIND_DN", f"cn=admin,{TORUS_LDAP_BASE_DN}")
 TORUS_LDAP_BIND_PASSWORD_FILE = env_str(
