@@ -47,7 +47,7 @@ import time
 MAX_REQUEST = 8 * 1024 * 1024
 MAX_FILES_BYTES = 4 * 1024 * 1024
 MAX_DIRS = 32
-DIR_MODES = {0o700, 0o750, 0o755, 0o2750, 0o2770}
+DIR_MODES = {0o700, 0o750, 0o755, 0o2750, 0o2770, 0o3770}
 FILE_MODES = {0o400, 0o440, 0o600, 0o640}
 NAME_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")  # a POSIX user name, as useradd takes it
 VAR_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

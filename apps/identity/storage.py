@@ -2,7 +2,10 @@
 
     <job root>/                          root:root        0755
       <tenant>/                          root:t-<tenant>  2750  + ACL platform user r-x
-        <project>/                       root:p-<t>_<p>   2770  + ACL (and default ACL) r-x
+        <project>/                       root:p-<t>_<p>   3770  + ACL (and default ACL) r-x;
+                                                                sticky: members add entries but
+                                                                cannot rename jobs/, datasets/,
+                                                                models/ (or put a link there)
           jobs/                          root:p-<t>_<p>   2750
             <job id>/                    <user>:p-...     2750  checkpoints/, attempt-N/
           datasets/, models/             torus:p-<t>_<p>  2750  written by the platform
@@ -67,7 +70,7 @@ def project_tree_ensure(*, project: Project, tenant_gid: int, project_gid: int) 
         Dir(str(tenant_dir), 0, tenant_gid, 0o2750, platform_acl=True, enforce=True),
         *(
             Dir(str(path), 0, project_gid, mode, platform_acl=True, default_acl=True, enforce=True)
-            for path, mode in ((project_dir, 0o2770), (project_dir / "jobs", 0o2750))
+            for path, mode in ((project_dir, 0o3770), (project_dir / "jobs", 0o2750))
         ),
         # datasets and model files: written by the platform account, read by the project's jobs
         *(

@@ -71,7 +71,20 @@ def test_a_job_runs_as_its_submitter_with_the_projects_group_and_account(acme, s
     assert (log.st_uid, log.st_gid) == (account.uid, group.gid)
     # tenant and project directories: closed to everyone outside their groups
     assert os.stat(tenant_root(acme.tenant)).st_mode & 0o7777 == 0o2750
-    assert os.stat(project_root(acme.project)).st_mode & 0o7777 == 0o2770
+    assert os.stat(project_root(acme.project)).st_mode & 0o7777 == 0o3770
+    # sticky: a member adds entries to the project directory but cannot swap the platform's
+    # own (models/ renamed and replaced by a link would send registrations elsewhere)
+    as_member = ["setpriv", f"--reuid={account.uid}", f"--regid={group.gid}", "--init-groups"]
+    here = project_root(acme.project)
+    mine = subprocess.run([*as_member, "mkdir", str(here / "mine")], capture_output=True)
+    assert mine.returncode == 0, mine.stderr
+    for name in ("models", "datasets", "jobs"):
+        moved = subprocess.run(
+            [*as_member, "mv", str(here / name), str(here / f"{name}.old")],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        assert moved.returncode != 0 and "Operation not permitted" in moved.stderr, moved
+        assert (here / name).is_dir() and not (here / name).is_symlink()
     # Slurm's own accounting sees the real user and the project's account (under the tenant's)
     deadline = time.monotonic() + 30
     while True:
