@@ -7,7 +7,9 @@ from apps.secrets.models import ProjectSecret
 class SecretSerializer(serializers.ModelSerializer):
     """A secret as every answer shows it: its name and history, never its value."""
 
-    updated_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    updated_by = serializers.SlugRelatedField(
+        slug_field="username", read_only=True, allow_null=True
+    )
 
     class Meta:
         model = ProjectSecret

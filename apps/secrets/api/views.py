@@ -35,7 +35,7 @@ class ProjectSecretViewSet(TenantScopedViewSet):
         self.check_object_permissions(self.request, project)
         return project
 
-    @extend_schema(parameters=[PROJECT], responses={200: SecretSerializer(many=True)})
+    @extend_schema(parameters=[PROJECT])
     def list(self, request, *args, **kwargs):
         project = self._project()
         page = self.paginate_queryset(selectors.secret_list(project=project))
