@@ -17,6 +17,7 @@ Verbs (every argument typed and checked; no shell; every refusal logged with its
     write         write files below a root for a user (created beside, renamed into place)
     sbatch        run sbatch as a user with a fixed environment; variables via --export-file
     stager-evict  run the node cache's stager as a cache subtree's owner ("evict")
+    stager-usage  the same, "usage": the subtree's bytes and versions, read as its owner
     slurm-token   an HS256 JWT for a user in the range or the platform account
     local-*       local accounts (groupadd, useradd, chpasswd, gpasswd --members) for a site
                   without a directory: names and numbers of the ranges only
@@ -431,10 +432,17 @@ class Helper:
         }
 
     def verb_stager_evict(self, request: dict) -> dict:
-        path = _str(request, "subtree")
         version = _str(request, "version", limit=64)
         if not ID_RE.match(version):
             raise Refused(f"version {version!r} is not a version id")
+        return self._stager_as_owner(_str(request, "subtree"), ["evict", version])
+
+    def verb_stager_usage(self, request: dict) -> dict:
+        return self._stager_as_owner(_str(request, "subtree"), ["usage"])
+
+    def _stager_as_owner(self, path: str, action: list[str]) -> dict:
+        """The stager run as a cache subtree's owner: `action[0]` on the subtree, then the
+        rest of `action` (checked by the verb)."""
         root, parts = self.split(path)
         if len(parts) < 4:
             raise Refused(f"{path} is not a cache subtree <node>/<tenant>/<project>/<uid>")
@@ -459,12 +467,15 @@ class Helper:
             raise Failed(f"cannot read the stager: {exc.strerror}") from exc
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "SLURM_CONF": self.config["slurm_conf"]}
         result = subprocess.run(  # noqa: S603 (fixed program; argv checked above)
-            [self.config["python"], "-I", "-", "evict", path, version],
+            [self.config["python"], "-I", "-", action[0], path, *action[1:]],
             input=program,
             capture_output=True,
             user=info.st_uid,
             group=info.st_gid,
-            extra_groups=sorted({project.st_gid, tenant.st_gid}),
+            # the tenant's and project's groups (to cross their directories), never another
+            extra_groups=sorted(
+                g for g in {project.st_gid, tenant.st_gid} if self._in_range(g, self.gid_range)
+            ),
             env=env,
             cwd="/",
             timeout=300,
@@ -579,6 +590,7 @@ class Helper:
         "write": verb_write,
         "sbatch": verb_sbatch,
         "stager-evict": verb_stager_evict,
+        "stager-usage": verb_stager_usage,
         "slurm-token": verb_slurm_token,
         "local-group": verb_local_group,
         "local-user": verb_local_user,

@@ -175,6 +175,19 @@ def stager_evict(*, subtree: Path | str, version_id: str) -> int | None:
         return None
 
 
+def stager_usage(*, subtree: Path | str) -> dict | None:
+    """A cache subtree's bytes and versions ({"used": n, "versions": [[mtime, id], ...]}),
+    read by its own user (`stager.py usage`); None when it could not be read."""
+    answer = _call({"verb": "stager-usage", "subtree": str(subtree)}, timeout=120.0)
+    if answer["returncode"] != 0:
+        return None
+    try:
+        usage = json.loads(answer["stdout"])
+        return {"used": int(usage["used"]), "versions": list(usage["versions"])}
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
 _tokens: dict[str, tuple[str, int]] = {}
 _tokens_lock = threading.Lock()
 

@@ -107,8 +107,10 @@ def cache_dirs_ensure(*, cluster: Cluster, job, identity) -> None:
         project = tenant / job.project.slug
         dirs += [
             Dir(str(node), 0, 0, 0o755, enforce=True),
-            Dir(str(tenant), 0, identity.tenant_gid, 0o750, enforce=True),
-            Dir(str(project), 0, identity.gid, 0o750, enforce=True),
+            # the platform's account lists the subtrees (apps/jobs/node_cache.py) through an
+            # ACL entry; the subtrees themselves stay their users' alone
+            Dir(str(tenant), 0, identity.tenant_gid, 0o750, platform_acl=True, enforce=True),
+            Dir(str(project), 0, identity.gid, 0o750, platform_acl=True, enforce=True),
             Dir(str(project / str(identity.uid)), identity.uid, identity.gid, 0o700, enforce=True),
         ]
     try:

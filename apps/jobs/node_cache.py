@@ -1,14 +1,15 @@
 """The node-wide cap of the dataset cache: the least recently used versions of every user's
 subtree on a node go first when the node as a whole is over TORUS_DATASET_CACHE_NODE_BYTES.
 
-Each user's subtree keeps its own limit (the stager's, TORUS_DATASET_CACHE_BYTES); only root
-sees every subtree of a node. The sweep runs as root in the worker, at dispatch (before the
-attempt's stager may add to the node) for every node of the cluster, as `cache_dirs_ensure`
-does. It only reads here, through the one reader of tenants' trees (apps/identity/tree.py:
-from the node's directory, no link followed; sizes, and when each version was last used);
-each eviction is done by the subtree's own user (`stager.py evict`, under that subtree's
-locks and leases), so a link planted in a subtree reaches nothing its user could not reach
-anyway.
+Each user's subtree keeps its own limit (the stager's, TORUS_DATASET_CACHE_BYTES) and is
+closed to everyone else, the platform's account included. The sweep runs in the worker (as
+`torus`), at dispatch (before the attempt's stager may add to the node) for every node of the
+cluster, as `cache_dirs_ensure` does. It lists the subtrees through the one reader of
+tenants' trees (apps/identity/tree.py: from the node's directory, no link followed; the
+tenant and project levels carry an ACL entry for the platform's account); each subtree's
+bytes and versions are read, and each eviction done, by the subtree's own user through the
+privileged helper (`stager.py usage` and `evict`, under that subtree's locks and leases), so a
+link planted in a subtree reaches nothing its user could not reach anyway.
 """
 
 import logging
@@ -57,24 +58,23 @@ def _subtrees(node_fd: int, node_dir: Path) -> list[tuple[Path, os.stat_result]]
     return found
 
 
-def _used_bytes(node_fd: int, relative: str) -> int:
-    """The bytes of a subtree's blobs, walked from the node's directory without following a
-    link (one planted in a subtree is skipped, not counted)."""
+def _usage(subtree: Path) -> tuple[int, list[tuple[float, str]]]:
+    """A subtree's bytes and (last used, version id) of its versions, read by its own user
+    through the privileged helper (`stager.py usage`: no link followed); nothing when it
+    cannot be read."""
     try:
-        with tree.opened(node_fd, f"{relative}/blobs", directory=True) as fd:
-            walk = tree.walk_files(fd, links="skip", unreadable="skip")
-            return sum(entry.size for entry in walk)
-    except OSError:
-        return 0
-
-
-def _versions(node_fd: int, relative: str) -> list[tuple[float, str]]:
-    """(last used, version id) of the subtree's cached versions."""
-    return [
-        (info.st_mtime, name)
-        for name, info in _listing(node_fd, f"{relative}/versions")
-        if stat.S_ISDIR(info.st_mode) and ID_RE.match(name)
+        usage = privileged.stager_usage(subtree=subtree)
+    except privileged.HelperError as exc:
+        logger.warning("dataset cache %s: not read: %s", subtree, exc)
+        usage = None
+    if usage is None:
+        return 0, []
+    versions = [
+        (float(mtime), str(name))
+        for mtime, name in usage["versions"]
+        if isinstance(name, str) and ID_RE.match(name)
     ]
+    return usage["used"], versions
 
 
 def _evict_as_owner(
@@ -104,16 +104,15 @@ def node_sweep(*, node_dir: Path, cap: int, needed: int = 0, slurm_conf: str = "
         return {"bytes_before": 0, "bytes_after": 0, "evicted_versions": 0}
     try:
         subtrees = _subtrees(node_fd, node_dir)
-        before = after = sum(
-            _used_bytes(node_fd, str(path.relative_to(node_dir))) for path, _info in subtrees
-        )
-        queue = sorted(
-            (mtime, str(path), version_id)
-            for path, _info in subtrees
-            for mtime, version_id in _versions(node_fd, str(path.relative_to(node_dir)))
-        )
     finally:
         os.close(node_fd)
+    before, queue = 0, []
+    for path, _info in subtrees:
+        used, versions = _usage(path)
+        before += used
+        queue += [(mtime, str(path), version_id) for mtime, version_id in versions]
+    queue.sort()
+    after = before
     evicted = 0
     if before + needed > cap:
         owners = dict(subtrees)

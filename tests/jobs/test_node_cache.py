@@ -1,7 +1,8 @@
 """The dataset cache's node-wide cap (apps/jobs/node_cache.py): three users' subtrees on one
 node, filled by the stager; the sweep drops the node's least recently used versions,
-whoever's, until the node fits its cap, never a leased one, each by its own user; root
-follows no link planted in a subtree."""
+whoever's, until the node fits its cap, never a leased one, each by its own user; the
+platform's account does it without seeing into any subtree, and follows no link planted in
+one."""
 
 import hashlib
 import json
@@ -32,12 +33,37 @@ def area(settings):
     return base
 
 
+GROUPS = {"acme": 399101, "globex": 399103}  # each tenant's (and here its project's) gid
+
+
 def subtree(area: Path, tenant: str, project: str, uid: int) -> Path:
+    """<node>/<tenant>/<project>/<uid> as cache_dirs_ensure makes it: the tenant and project
+    levels closed to all but their group and (an ACL entry) the platform's account."""
     path = area / NODE / tenant / project / str(uid)
     path.mkdir(parents=True, mode=0o700)
-    for parent in (path.parent, path.parent.parent, path.parent.parent.parent):
-        os.chmod(parent, 0o755)
+    os.chmod(path.parent.parent.parent, 0o755)
+    for parent in (path.parent, path.parent.parent):
+        os.chown(parent, 0, GROUPS[tenant])
+        os.chmod(parent, 0o750)
+        subprocess.run(["setfacl", "-m", "u:torus:r-x", str(parent)], check=True)
     return path
+
+
+def sweep_as_torus(node_dir: Path, *, cap: int, needed: int = 0) -> dict:
+    """node_sweep in a process of the platform's account, as the worker runs it."""
+    code = (
+        "import django, json, sys; from pathlib import Path; django.setup();"
+        "from apps.jobs.node_cache import node_sweep;"
+        "print(json.dumps(node_sweep(node_dir=Path(sys.argv[1]), cap=int(sys.argv[2]),"
+        " needed=int(sys.argv[3]))))"
+    )
+    result = subprocess.run(
+        ["setpriv", "--reuid=torus", "--regid=torus", "--init-groups", "--",
+         sys.executable, "-c", code, str(node_dir), str(cap), str(needed)],
+        capture_output=True, text=True, check=False, cwd=Path(__file__).resolve().parents[2],
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.splitlines()[-1])
 
 
 def staged(area: Path, cache: Path, size: int, used: float) -> str:
@@ -95,11 +121,16 @@ def test_the_node_drops_its_least_recently_used_versions_whoever_they_belong_to(
     os.chown(lease, 299103, 299103)
     os.chown(lease / "pid-1.n1", 299103, 299103)
 
+    # the worker's account cannot look into a user's subtree, yet the sweep counts them all
+    peek = ["setpriv", "--reuid=torus", "--regid=torus", "--init-groups", "--", "ls", str(a)]
+    assert subprocess.run(peek, capture_output=True, check=False).returncode != 0
     # under the cap: nothing goes
-    assert node_sweep(node_dir=area / NODE, cap=5000)["evicted_versions"] == 0
+    assert sweep_as_torus(area / NODE, cap=5000) == {
+        "bytes_before": 5000, "bytes_after": 5000, "evicted_versions": 0,
+    }  # fmt: skip
     # 1,500 more to stage under a cap of 4,000: 5,000 + 1,500 - 4,000 = 2,500 to free, so
     # the three oldest that no job reads go, from two users; the leased one stays
-    outcome = node_sweep(node_dir=area / NODE, cap=4000, needed=1500)
+    outcome = sweep_as_torus(area / NODE, cap=4000, needed=1500)
     assert outcome == {"bytes_before": 5000, "bytes_after": 2000, "evicted_versions": 3}
     assert cached(a) == set() and cached(b) == {newest_b} and cached(c) == {leased_c}
     assert not {oldest_a, old_b, newer_a} & (cached(a) | cached(b))

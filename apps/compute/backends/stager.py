@@ -383,7 +383,33 @@ def evict_one(cache_dir: Path, version_id: str) -> dict:
         return {"freed": cache.evict(version_id)}
 
 
+def usage_of(cache_dir: Path) -> dict:
+    """`stager.py usage DIR`: what the node-wide sweep needs of a user's cache, read as that
+    user: its blobs' bytes and its versions with when each was last used, no link followed
+    (a linked blobs/ or versions/ counts nothing)."""
+    info = os.lstat(cache_dir)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+        raise StageError("the cache directory is not this user's")
+    cache = Cache(cache_dir, limit=0)
+    used = 0 if os.path.islink(cache.blobs) else cache.used_bytes()
+    versions = []
+    if not os.path.islink(cache.versions):
+        with contextlib.suppress(FileNotFoundError):
+            for entry in os.scandir(cache.versions):
+                found = entry.stat(follow_symlinks=False)
+                if stat.S_ISDIR(found.st_mode) and ID_RE.match(entry.name):
+                    versions.append([found.st_mtime, entry.name])
+    return {"used": used, "versions": versions}
+
+
 def main(argv: list[str]) -> int:
+    if len(argv) == 3 and argv[1] == "usage":
+        try:
+            print(json.dumps(usage_of(Path(argv[2]))))
+        except (StageError, OSError) as exc:
+            print(f"torus: reading the dataset cache failed: {exc}", file=sys.stderr)
+            return 1
+        return 0
     if len(argv) == 4 and argv[1] == "evict":
         try:
             print(json.dumps(evict_one(Path(argv[2]), argv[3])))
@@ -392,7 +418,11 @@ def main(argv: list[str]) -> int:
             return 1
         return 0
     if len(argv) != 2:
-        print("usage: stager.py PLAN.json | stager.py evict CACHE_DIR VERSION_ID", file=sys.stderr)
+        print(
+            "usage: stager.py PLAN.json | stager.py evict CACHE_DIR VERSION_ID"
+            " | stager.py usage CACHE_DIR",
+            file=sys.stderr,
+        )
         return 2
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
     try:
