@@ -70,10 +70,9 @@ PASSES = 7  # reconcile passes measured per case; the least RPC count is reporte
 SBATCH = shutil.which("sbatch") or "/usr/bin/sbatch"
 # Names of the Slurm jobs this benchmark submits (used only to scancel leftovers of a killed run).
 OUR_NAME = re.compile(r"^bench-(\d+|sbatch-\d+|restd-\d+|rpc-\d+)$")
-# Processes whose CPU a Torus round is charged by name (beside the web server and the worker,
-# counted by pid with their children): the privileged helper, Slurm's daemons, the stores.
+# Processes whose CPU a Torus round is charged by name (beside the web server, the worker and
+# the privileged helper, counted by pid with their children): Slurm's daemons, the stores.
 CPU_BY_COMM = {
-    "helper": ("torus_helperd",),
     "slurmrestd": ("slurmrestd",),
     "slurmctld": ("slurmctld",),
     "slurmd": ("slurmd", "slurmstepd"),
@@ -412,8 +411,18 @@ def torus_phase(
 def serve(ctx, worker: Proc, logdir: Path, **kwargs) -> tuple[Proc, int]:
     """A fresh web server (start_web), whose CPU and the worker's the next rounds count."""
     web, port = start_web(logdir, **kwargs)
-    ctx["cpu_roots"] = {"web": web.popen.pid, "worker": worker.popen.pid}
+    ctx["cpu_roots"] = {"web": web.popen.pid, "worker": worker.popen.pid, **helper_pid()}
     return web, port
+
+
+def helper_pid() -> dict[str, int]:
+    """{"helper": pid} of the running privileged helper (a python3 named by its script), or
+    {} where there is none (before issue 33)."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            if b"torus_helperd" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return {"helper": int(pid)}
+    return {}
 
 
 def warm_up(ctx, port: int) -> None:
