@@ -95,8 +95,8 @@ def dataset_create(
 
 
 def project_storage_ensure(*, project: Project) -> None:
-    """The project's datasets/ directory in its tree, made by the root worker when missing
-    (the web process cannot create it); StorageUnavailable when no worker answers in time."""
+    """The project's datasets/ directory in its tree, made by a worker through the privileged
+    helper when missing; StorageUnavailable when no worker answers in time."""
     if (project_root(project) / "datasets").is_dir():
         return
     from celery.exceptions import TimeoutError as CeleryTimeout

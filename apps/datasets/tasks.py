@@ -1,4 +1,4 @@
-"""Celery tasks of datasets (run by the root worker)."""
+"""Celery tasks of datasets (run by the worker, as torus)."""
 
 from celery import shared_task
 

@@ -337,7 +337,7 @@ def _finish(
     return "ended"
 
 
-# spec option -> the root worker's task that takes a succeeded job's output in
+# spec option -> the worker's task that takes a succeeded job's output in
 ON_SUCCESS_TASKS = {
     "register_model": "registry.register_from_attempt",  # apps/registry/tasks.py
     "output_dataset": "jobs.inference_output",  # apps/jobs/tasks.py

@@ -241,8 +241,8 @@ def _dataset_versions(*, tenant_id, refs) -> list:
 
 
 def models_area_ensure(*, project: Project, in_worker: bool = False) -> None:
-    """The project's models/ directory in its tree, made by the root worker when missing (the
-    web process asks a worker and waits: apps/datasets/services.py)."""
+    """The project's models/ directory in its tree, made by a worker through the privileged
+    helper when missing (the web process asks a worker and waits: apps/datasets/services.py)."""
     if (project_root(project) / "models").is_dir():
         return
     if in_worker:

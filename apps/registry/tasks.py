@@ -1,4 +1,4 @@
-"""Celery tasks of the registry (the root worker). Each takes a primary key, reloads, checks
+"""Celery tasks of the registry (the worker, as torus). Each takes a primary key, reloads, checks
 the state and calls a service; all are safe to run twice."""
 
 import logging

@@ -30,13 +30,8 @@ def load_spec(path: str) -> dict:
 
 
 def resolve_project(client: Client, ref: str) -> str:
-    """A project id from an id or a slug."""
-    if len(ref) == 36 and ref.count("-") == 4:
-        return ref
-    matches = client.request("GET", "/api/v1/projects/", params={"slug": ref})["results"]
-    if len(matches) != 1:
-        raise TorusError(f"no single project with slug {ref!r} ({len(matches)} found)")
-    return matches[0]["id"]
+    """A project id from an id or a slug (Client.project_id)."""
+    return client.project_id(ref)
 
 
 def _progress(job: dict) -> None:

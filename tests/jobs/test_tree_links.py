@@ -5,9 +5,7 @@ read nothing of it; the same read of a real directory works (control). The trees
 hand, the links as a job's uid (setpriv), as a job leaves them."""
 
 import os
-import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
@@ -19,26 +17,15 @@ from apps.jobs.models import Job, JobAttempt
 from apps.jobs.node_cache import node_sweep
 from apps.serving.replicas import log_tail
 from apps.tenancy.models import AuditEvent, Role
+from tests import tenant_tree
 from tests.factories import make_job
 from tests.jobs.test_node_cache import NODE, area, staged, subtree  # noqa: F401  (fixture)
 
 JOB_UID = 250030
 
 
-def as_job(script: str, cwd: Path) -> None:
-    subprocess.run(
-        [
-            "setpriv",
-            f"--reuid={JOB_UID}",
-            f"--regid={JOB_UID}",
-            "--clear-groups",
-            "sh",
-            "-c",
-            script,
-        ],
-        cwd=cwd,
-        check=True,
-    )
+def as_job(script: str, cwd) -> None:
+    tenant_tree.as_job(script, cwd, uid=JOB_UID)
 
 
 def finished_job(world, **spec) -> tuple[Job, JobAttempt]:

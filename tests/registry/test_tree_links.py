@@ -4,7 +4,6 @@ when the API checks it or swapped in before the worker copies, fails the registr
 the link and copies nothing; the same directory reached without a link registers (control)."""
 
 import os
-import subprocess
 
 import pytest
 
@@ -12,26 +11,14 @@ from apps.identity.storage import project_root
 from apps.registry.models import ModelVersion
 from apps.registry.services import version_import
 from apps.tenancy.models import Role
+from tests import tenant_tree
 from tests.registry.test_api import create_model, models_url
 
 JOB_UID = 250020
 
 
 def as_job(script: str, cwd) -> None:
-    """Run a shell line as a job's uid (no group of the platform), as a job would."""
-    subprocess.run(
-        [
-            "setpriv",
-            f"--reuid={JOB_UID}",
-            f"--regid={JOB_UID}",
-            "--clear-groups",
-            "sh",
-            "-c",
-            script,
-        ],
-        cwd=cwd,
-        check=True,
-    )
+    tenant_tree.as_job(script, cwd, uid=JOB_UID)
 
 
 @pytest.fixture
