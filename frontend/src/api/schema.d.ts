@@ -3337,7 +3337,7 @@ export interface components {
             /** Format: date-time */
             readonly updated_at: string;
             /** @description Required. 150 characters or fewer. Letters, digits and @/./+/-/_ only. */
-            readonly updated_by: string;
+            readonly updated_by: string | null;
         };
         SecretValueRequest: {
             /** @description Write-only. */
