@@ -648,6 +648,8 @@ def _summary(verb: str, request: dict, answer: dict) -> str:
 
 class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
+    # a dispatch pass's burst of callers waits in the backlog (the default 5 answers EAGAIN)
+    request_queue_size = 256
     helper: Helper
 
 

@@ -56,13 +56,25 @@ class Directory:
     enforce: bool = False
 
 
+def _connect(conn: socket.socket, path: str, *, tries: int = 50) -> None:
+    """Connect, waiting while the helper's backlog is full (EAGAIN: a burst of callers)."""
+    for attempt in range(tries):
+        try:
+            conn.connect(path)
+            return
+        except BlockingIOError:
+            if attempt == tries - 1:
+                raise
+            time.sleep(0.01 * (attempt + 1))
+
+
 def _call(request: dict, *, timeout: float = 30.0) -> dict:
     data = json.dumps(request).encode() + b"\n"
     path = settings.TORUS_HELPER_SOCKET
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
         conn.settimeout(timeout)
         try:
-            conn.connect(path)
+            _connect(conn, path)
             conn.sendall(data)
             chunks = []
             while True:

@@ -269,8 +269,8 @@ def test_slurm_translates_node_health_ids_and_waiting_words():
     assert isinstance(backend.log_source(), FileLogSource)
 
 
-def test_the_file_log_source_reads_by_offsets(tmp_path):
-    path = tmp_path / "stdout.log"
+def test_the_file_log_source_reads_by_offsets(logs_dir):
+    path = logs_dir / "stdout.log"
     ref = LogRef(tag="torus:x", backend_id="1", stream="stdout", path=str(path))
     source = FileLogSource()
     assert source.read(ref=ref, offset=0, limit=10) is None and source.size(ref=ref) is None

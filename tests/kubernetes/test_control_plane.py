@@ -587,6 +587,9 @@ def test_cluster_register_local_registers_the_kubernetes_cluster_beside_slurm(
         False,
         True,
     )
+    # jobs' egress never reaches this machine's own addresses (the platform's services)
+    deny = k8s.config.pop("egress_deny_cidrs")
+    assert "127.0.0.0/8" in deny and "::1/128" in deny
     assert k8s.config == {
         "api_url": kube_env.api_url,
         "ca_file": kube_env.ca_file,
