@@ -53,6 +53,7 @@ INSTALLED_APPS = [
     "apps.registry",
     "apps.serving",
     "apps.secrets",
+    "apps.lifecycle",
 ]
 
 MIDDLEWARE = [

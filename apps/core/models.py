@@ -2,6 +2,7 @@
 
 import uuid
 
+from django.conf import settings
 from django.db import models
 
 from apps.core.actor import Actor
@@ -45,3 +46,20 @@ class TenantModel(BaseModel):
         for part in self.tenant_path.split("__")[:-1]:
             obj = getattr(obj, part)
         return getattr(obj, f"{self.tenant_path.split('__')[-1]}_id")
+
+
+class Archivable(models.Model):
+    """A thing with history is archived, never deleted: read-only, hidden from default lists,
+    restorable by an admin until an operator purges it (apps/lifecycle)."""
+
+    archived_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    archived_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        abstract = True
+
+    @property
+    def archived(self) -> bool:
+        return self.archived_at is not None

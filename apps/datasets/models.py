@@ -5,7 +5,7 @@ from django.conf import settings
 from django.core.validators import RegexValidator
 from django.db import models
 
-from apps.core.models import TenantModel
+from apps.core.models import Archivable, TenantModel
 
 name_validator = RegexValidator(
     r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
@@ -23,7 +23,7 @@ class StorageKind(models.TextChoices):
     S3 = "s3"
 
 
-class Dataset(TenantModel):
+class Dataset(Archivable, TenantModel):
     tenant = models.ForeignKey("tenancy.Tenant", on_delete=models.CASCADE, related_name="datasets")
     project = models.ForeignKey(
         "tenancy.Project", on_delete=models.CASCADE, related_name="datasets"

@@ -7,14 +7,14 @@ import re
 from django.conf import settings
 from django.db import models
 
-from apps.core.models import TenantModel
+from apps.core.models import Archivable, TenantModel
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 ALIAS_RE = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
 TAG_KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$")
 
 
-class RegisteredModel(TenantModel):
+class RegisteredModel(Archivable, TenantModel):
     tenant = models.ForeignKey("tenancy.Tenant", on_delete=models.CASCADE, related_name="+")
     project = models.ForeignKey(
         "tenancy.Project", on_delete=models.CASCADE, related_name="registered_models"

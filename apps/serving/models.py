@@ -4,7 +4,7 @@ of kind `serve`), the events of their life, per-deployment keys and per-request 
 from django.conf import settings
 from django.db import models
 
-from apps.core.models import TenantModel
+from apps.core.models import Archivable, TenantModel
 
 
 class DeploymentState(models.TextChoices):
@@ -27,7 +27,7 @@ class Runtime(models.TextChoices):
     LLAMA_CPP = "llama.cpp"
 
 
-class Deployment(TenantModel):
+class Deployment(Archivable, TenantModel):
     tenant = models.ForeignKey("tenancy.Tenant", on_delete=models.CASCADE, related_name="+")
     project = models.ForeignKey(
         "tenancy.Project", on_delete=models.CASCADE, related_name="deployments"

@@ -7,7 +7,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator, RegexVa
 from django.db import models
 from django.utils import timezone
 
-from apps.core.models import BaseModel, TenantModel, TenantQuerySet
+from apps.core.models import Archivable, BaseModel, TenantModel, TenantQuerySet
 
 slug_validator = RegexValidator(
     r"^[a-z0-9](?:[a-z0-9-]{0,48}[a-z0-9])?$",
@@ -25,7 +25,7 @@ class Role(models.TextChoices):
 ROLE_RANK = {Role.VIEWER: 1, Role.MEMBER: 2, Role.ADMIN: 3, Role.OWNER: 4}
 
 
-class Tenant(BaseModel):
+class Tenant(Archivable, BaseModel):
     """An organisation. Everything else belongs to exactly one tenant."""
 
     tenant_path = "id"
@@ -74,7 +74,7 @@ class Membership(TenantModel):
         return f"{self.user} in {self.tenant} ({self.role})"
 
 
-class Project(TenantModel):
+class Project(Archivable, TenantModel):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="projects")
     name = models.CharField(max_length=200)
     slug = models.CharField(max_length=50, validators=[slug_validator])
