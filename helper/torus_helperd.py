@@ -19,8 +19,11 @@ Verbs (every argument typed and checked; no shell; every refusal logged with its
     stager-evict  run the node cache's stager as a cache subtree's owner ("evict")
     stager-usage  the same, "usage": the subtree's bytes and versions, read as its owner
     slurm-token   an HS256 JWT for a user in the range or the platform account
-    local-*       local accounts (groupadd, useradd, chpasswd, gpasswd --members) for a site
-                  without a directory: names and numbers of the ranges only
+    remove-tree   remove a directory and everything in it below a root (a purge), walking
+                  from the root's descriptor (O_NOFOLLOW|O_DIRECTORY), removing with dir_fd,
+                  never following a link; a missing path is success
+    local-*       local accounts (groupadd, groupdel, useradd, chpasswd, gpasswd --members)
+                  for a site without a directory: names and numbers of the ranges only
     ping
 Usage: torus_helperd.py CONFIG
 """
@@ -431,6 +434,104 @@ class Helper:
             "stderr": stderr.decode(errors="replace")[:65536],
         }
 
+    def verb_remove_tree(self, request: dict) -> dict:
+        """Remove the directory `path` (below a root, never a root itself) and all it holds.
+        Every component is opened from its parent's descriptor with O_NOFOLLOW|O_DIRECTORY;
+        what is not a directory (a file, a link, a fifo) is unlinked by name in its parent,
+        never followed. A path already missing is success (`removed` false)."""
+        path = _str(request, "path")
+        root, parts = self.split(path)
+        if not parts:
+            raise Refused(f"path {path!r} is a root itself")
+        fds = [self.open_root(root)]
+        try:
+            for name in parts[:-1]:
+                try:
+                    fds.append(self._open_child(fds[-1], name))
+                except FileNotFoundError:
+                    return {"removed": False}
+                except OSError as exc:
+                    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                        raise Refused(
+                            f"{path}: component {name!r} is a link or not a directory"
+                        ) from exc
+                    raise Failed(f"{path}: cannot open {name!r}: {exc.strerror}") from exc
+            try:
+                top = self._open_child(fds[-1], parts[-1])
+            except FileNotFoundError:
+                return {"removed": False}
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise Refused(f"{path} is a link or not a directory") from exc
+                raise Failed(f"cannot open {path}: {exc.strerror}") from exc
+            try:
+                self._empty(top, path)
+            finally:
+                os.close(top)
+            try:
+                os.rmdir(parts[-1], dir_fd=fds[-1])
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                raise Failed(f"cannot remove {path}: {exc.strerror}") from exc
+        finally:
+            for fd in fds:
+                os.close(fd)
+        return {"removed": True}
+
+    @staticmethod
+    def _open_child(parent: int, name: str) -> int:
+        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        return os.open(name, flags, dir_fd=parent)
+
+    def _empty(self, top: int, path: str) -> None:
+        """Remove everything in the directory `top`, depth first without recursion: one
+        descriptor per level, each child opened from its parent's, names listed once."""
+        stack = [(top, None, None, iter(os.listdir(top)))]  # (fd, name, parent fd, names)
+        try:
+            while stack:
+                fd, _name, _parent, names = stack[-1]
+                for name in names:
+                    try:
+                        child = self._open_child(fd, name)
+                    except FileNotFoundError:
+                        continue
+                    except OSError as exc:
+                        if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                            raise Failed(f"{path}: cannot open {name!r}: {exc.strerror}") from exc
+                        self._unlink(fd, name, path)  # a file, a link (not followed), a fifo
+                        continue
+                    try:
+                        stack.append((child, name, fd, iter(os.listdir(child))))
+                    except BaseException:
+                        os.close(child)
+                        raise
+                    break
+                else:  # every name of this level handled: the level itself goes
+                    fd, name, parent, _ = stack.pop()
+                    if parent is None:
+                        return  # the top: closed and removed by the caller
+                    os.close(fd)
+                    try:
+                        os.rmdir(name, dir_fd=parent)
+                    except FileNotFoundError:
+                        pass
+                    except OSError as exc:
+                        raise Failed(f"{path}: cannot remove {name!r}: {exc.strerror}") from exc
+        finally:
+            for fd, _name, parent, _ in stack:
+                if parent is not None:
+                    os.close(fd)
+
+    @staticmethod
+    def _unlink(parent: int, name: str, path: str) -> None:
+        try:
+            os.unlink(name, dir_fd=parent)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise Failed(f"{path}: cannot remove {name!r}: {exc.strerror}") from exc
+
     def verb_stager_evict(self, request: dict) -> dict:
         version = _str(request, "version", limit=64)
         if not ID_RE.match(version):
@@ -546,6 +647,17 @@ class Helper:
             raise Refused(f"gid {gid} is outside the gid range")
         return self._admin(["/usr/sbin/groupadd", "--gid", str(gid), "--", name])
 
+    def verb_local_group_remove(self, request: dict) -> dict:
+        """A local group of the gid range removed (a purged project's); a missing one is
+        success."""
+        name = self._name(request)
+        try:
+            grp.getgrnam(name)
+        except KeyError:
+            return {}
+        self._own_group(name)
+        return self._admin(["/usr/sbin/groupdel", "--", name])
+
     def verb_local_user(self, request: dict) -> dict:
         """A user and its private group (same name)."""
         name, uid, gid = self._name(request), _int(request, "uid"), _int(request, "gid")
@@ -592,7 +704,9 @@ class Helper:
         "stager-evict": verb_stager_evict,
         "stager-usage": verb_stager_usage,
         "slurm-token": verb_slurm_token,
+        "remove-tree": verb_remove_tree,
         "local-group": verb_local_group,
+        "local-group-remove": verb_local_group_remove,
         "local-user": verb_local_user,
         "local-password": verb_local_password,
         "local-members": verb_local_members,
@@ -634,6 +748,8 @@ def _write_all(fd: int, data: bytes) -> None:
 def _summary(verb: str, request: dict, answer: dict) -> str:
     if verb == "dirs":
         return f"changed {answer.get('changed')}"
+    if verb == "remove-tree":
+        return f"{request.get('path')} removed {answer.get('removed')}"
     if verb in ("chown",):
         return f"{request.get('path')} -> {request.get('uid')}:{request.get('gid')}"
     if verb == "write":

@@ -7,6 +7,7 @@ get here (services.py); values reach LDAP only as escaped DN parts and attribute
 local commands only as argv items.
 """
 
+import contextlib
 import grp
 import pwd
 from dataclasses import dataclass
@@ -54,6 +55,9 @@ class Directory(Protocol):
     def set_password(self, *, name: str, password: str) -> None: ...
 
     def add_group(self, *, name: str, gid: int) -> None: ...
+
+    def remove_group(self, *, name: str) -> None:
+        """The group's entry removed (a purge; a retired gid); a missing one is success."""
 
     def set_members(self, *, name: str, members: list[str]) -> None: ...
 
@@ -158,6 +162,15 @@ class LdapDirectory:
         dn = self._dn(self.groups, "cn", name)
         self._run(lambda conn: conn.add_s(dn, ldap.modlist.addModlist(group)))
 
+    def remove_group(self, *, name: str) -> None:
+        dn = self._dn(self.groups, "cn", name)
+
+        def remove(conn):
+            with contextlib.suppress(ldap.NO_SUCH_OBJECT):
+                conn.delete_s(dn)
+
+        self._run(remove)
+
     def set_members(self, *, name: str, members: list[str]) -> None:
         dn = self._dn(self.groups, "cn", name)
         values = [m.encode() for m in sorted(set(members))]
@@ -210,6 +223,9 @@ class LocalDirectory:
 
     def add_group(self, *, name: str, gid: int) -> None:
         self._run(privileged.local_group_add, name=name, gid=gid)
+
+    def remove_group(self, *, name: str) -> None:
+        self._run(privileged.local_group_remove, name=name)
 
     def set_members(self, *, name: str, members: list[str]) -> None:
         self._run(privileged.local_members_set, name=name, members=sorted(set(members)))

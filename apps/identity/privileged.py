@@ -137,6 +137,12 @@ def files_write(*, files: list[tuple[Path | str, bytes]], uid: int, gid: int, mo
     _call({"verb": "write", "files": items})
 
 
+def tree_remove(*, path: Path | str) -> bool:
+    """Remove a directory below a helper root and everything in it, never following a link
+    (a purge): False when it was already gone."""
+    return bool(_call({"verb": "remove-tree", "path": str(path)}, timeout=600.0)["removed"])
+
+
 def sbatch(
     *,
     user: str,
@@ -221,6 +227,11 @@ def slurm_token(*, user: str) -> str:
 def local_group_add(*, name: str, gid: int) -> None:
     """A local group (`groupadd`) of the gid range: TORUS_IDENTITY_BACKEND=local."""
     _call({"verb": "local-group", "name": name, "gid": gid})
+
+
+def local_group_remove(*, name: str) -> None:
+    """A local group of the gid range removed (`groupdel`); a missing one is success."""
+    _call({"verb": "local-group-remove", "name": name})
 
 
 def local_user_add(*, name: str, uid: int, gid: int, comment: str) -> None:

@@ -142,8 +142,15 @@ def group_name(*, tenant: Tenant, project: Project | None = None) -> str:
     return f"{name[:23]}-{digest}"
 
 
+RETIRED_PREFIX = "r-"  # a retired group's row: r-<gid> (t- and p- names never start so)
+
+
 def group_ensure(*, tenant: Tenant, project: Project | None = None) -> PosixGroup:
-    """The tenant's (project=None) or the project's group."""
+    """The tenant's (project=None) or the project's group.
+
+    A project's group is always new: a directory entry of the same name (an older project's,
+    whose gid may still own files) is never adopted but replaced with a fresh gid, and a row
+    of that name left without its project (an older project's, orphaned) is retired first."""
     kind = GroupKind.PROJECT if project else GroupKind.TENANT
     lookup = {"project": project} if project else {"tenant": tenant, "kind": kind}
     group = PosixGroup.objects.filter(**lookup).first()
@@ -151,10 +158,21 @@ def group_ensure(*, tenant: Tenant, project: Project | None = None) -> PosixGrou
         return group
     name = group_name(tenant=tenant, project=project)
     _check_name(name)
+    stale = PosixGroup.objects.filter(name=name).first()
+    if stale is not None:
+        group_retire(group=stale)
     found = directory().find_group(name)
-    if found is not None:
-        gid = found.number
+    adoptable = (
+        found is not None
+        and project is None
+        and stale is None
+        and not PosixGroup.objects.filter(gid=found.number).exists()
+    )
+    if adoptable:
+        gid = found.number  # a tenant's group made over the same directory is adopted
     else:
+        if found is not None:  # never handed to a new project: its gid may own old files
+            directory().remove_group(name=name)
         gid = _allocate("gid")
         directory().add_group(name=name, gid=gid)
     group = PosixGroup(kind=kind, tenant=tenant, project=project, name=name, gid=gid)
@@ -164,6 +182,23 @@ def group_ensure(*, tenant: Tenant, project: Project | None = None) -> PosixGrou
     except IntegrityError:
         return PosixGroup.objects.get(**lookup)
     return group
+
+
+def group_retire(*, group: PosixGroup) -> PosixGroup:
+    """Take a group out of use for good (a purged project or tenant, a row orphaned by an old
+    cascade): its directory entry removed, the row kept under the name r-<gid> so its gid is
+    never handed out again and its old name is free. Idempotent."""
+    retired = f"{RETIRED_PREFIX}{group.gid}"
+    if group.name == retired and group.project_id is None and group.tenant_id is None:
+        return group
+    found = directory().find_group(group.name)
+    if found is not None and found.number == group.gid:
+        directory().remove_group(name=group.name)
+    with transaction.atomic():
+        locked = PosixGroup.objects.select_for_update().get(pk=group.pk)
+        locked.name, locked.project, locked.tenant, locked.members = retired, None, None, []
+        locked.save(update_fields=["name", "project", "tenant", "members", "updated_at"])
+    return locked
 
 
 def group_members_add(*, group: PosixGroup, names: list[str]) -> None:
@@ -186,7 +221,7 @@ def directory_sync() -> list[str]:
     restore, another deployment sharing it) would otherwise keep jobs out of their files until
     membership next changes. Returns the names of the groups that differed."""
     changed = []
-    for group in PosixGroup.objects.order_by("gid"):
+    for group in PosixGroup.objects.exclude(name__startswith=RETIRED_PREFIX).order_by("gid"):
         found = directory().find_group(group.name)
         if found is None:
             directory().add_group(name=group.name, gid=group.gid)

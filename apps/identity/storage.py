@@ -18,6 +18,7 @@ take the project's group (setgid directories), and the platform's unprivileged a
 
 import os
 import pwd
+import stat
 from pathlib import Path
 
 from django.conf import settings
@@ -58,10 +59,30 @@ def _make(dirs: list[privileged.Directory]) -> None:
         raise StorageError(str(exc)) from exc
 
 
+def _older_owner(path: Path, gid: int, what: str) -> None:
+    """Refuse a directory an older tenant or project left at this path (its group is not
+    this one's): taking it over would hand the old files to the new owner."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise StorageError(f"cannot examine {path}: {exc.strerror}") from exc
+    # made by the helper but never handed over (root 0700): a helper cut short, finished now
+    half_made = info.st_uid == 0 and info.st_gid == 0 and info.st_mode & 0o777 == 0o700
+    if stat.S_ISDIR(info.st_mode) and (info.st_gid == gid or half_made):
+        return
+    raise StorageError(f"an older {what}'s directory is still at {path}; an operator must purge it")
+
+
 def project_tree_ensure(*, project: Project, tenant_gid: int, project_gid: int) -> Path:
-    """The tenant's and the project's directories, made once with their groups and ACLs."""
+    """The tenant's and the project's directories, made once with their groups and ACLs. A
+    directory left at either path by an older tenant or project (another group) is refused,
+    never taken over (StorageError)."""
     platform = _platform_uid()
     tenant_dir, project_dir = tenant_root(project.tenant), project_root(project)
+    _older_owner(tenant_dir, tenant_gid, "tenant")
+    _older_owner(project_dir, project_gid, "project")
     # owners, modes and ACLs are set every time: a directory someone made another way is
     # put right before a job relies on it
     Dir = privileged.Directory
