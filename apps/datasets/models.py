@@ -2,7 +2,7 @@
 immutable once committed; a committed version's manifest is its DatasetFile rows."""
 
 from django.conf import settings
-from django.core.validators import RegexValidator
+from django.core.validators import MaxLengthValidator, RegexValidator
 from django.db import models
 
 from apps.core.models import Archivable, TenantModel
@@ -29,7 +29,9 @@ class Dataset(Archivable, TenantModel):
         "tenancy.Project", on_delete=models.CASCADE, related_name="datasets"
     )
     name = models.CharField(max_length=64, validators=[name_validator])
-    description = models.TextField(blank=True, default="")
+    description = models.TextField(
+        blank=True, default="", max_length=10_000, validators=[MaxLengthValidator(10_000)]
+    )
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -73,7 +75,9 @@ class DatasetVersion(TenantModel):
         on_delete=models.SET_NULL,
         related_name="written_dataset_versions",
     )
-    notes = models.TextField(blank=True, default="")
+    notes = models.TextField(
+        blank=True, default="", max_length=10_000, validators=[MaxLengthValidator(10_000)]
+    )
 
     class Meta:
         constraints = [

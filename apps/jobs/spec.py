@@ -6,10 +6,11 @@ are passed on (argv, environment, paths) travel as data, never as script text.
 
 import re
 
+from drf_spectacular.extensions import OpenApiSerializerFieldExtension
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from apps.core.api.serializers import StrictSerializer
+from apps.core.api.serializers import BoundedDictField, StrictSerializer
 from apps.identity.storage import path_problem
 from apps.jobs.models import Kind
 from apps.serving.fit_fields import TrainingFitSerializer
@@ -92,6 +93,12 @@ class ClosedSerializer(StrictSerializer):
 
 
 MAX_ARG = 32 * 1024
+MAX_SCRIPT = 256 * 1024
+MAX_ARGS = 1000
+MAX_MEMORY_MB = 16 * 1024 * 1024  # 16 TiB
+MAX_MINUTES = 366 * 1440
+MAX_SIZE_TEXT = 32  # '16T', '02:00:00', '365-23:59:59'
+MAX_PATH = 1024
 
 
 def _no_control(value: str, *, allow_newlines: bool = False) -> str:
@@ -106,8 +113,8 @@ def _absolute_path(value: str) -> str:
     _no_control(value)
     if not value.startswith("/"):
         raise serializers.ValidationError("Must be an absolute path.")
-    if len(value) > 1024:
-        raise serializers.ValidationError("At most 1024 characters.")
+    if len(value) > MAX_PATH:
+        raise serializers.ValidationError(f"At most {MAX_PATH} characters.")
     return value
 
 
@@ -118,6 +125,8 @@ def parse_memory_mb(value) -> int:
     if isinstance(value, int):
         mb = value
     else:
+        if len(str(value)) > MAX_SIZE_TEXT:
+            raise serializers.ValidationError(f"At most {MAX_SIZE_TEXT} characters.")
         match = MEMORY_RE.match(str(value).strip())
         if not match:
             raise serializers.ValidationError(
@@ -131,7 +140,7 @@ def parse_memory_mb(value) -> int:
             "G": number * 1024,
             "T": number * 1024 * 1024,
         }[unit]
-    if not 1 <= mb <= 16 * 1024 * 1024:
+    if not 1 <= mb <= MAX_MEMORY_MB:
         raise serializers.ValidationError("Must be between 1M and 16T.")
     return mb
 
@@ -143,6 +152,8 @@ def parse_minutes(value) -> int:
     if isinstance(value, int):
         minutes = value
     else:
+        if len(str(value)) > MAX_SIZE_TEXT:
+            raise serializers.ValidationError(f"At most {MAX_SIZE_TEXT} characters.")
         match = TIME_RE.match(str(value).strip())
         if not match:
             raise serializers.ValidationError("Give a duration such as '02:00:00' or minutes.")
@@ -150,12 +161,11 @@ def parse_minutes(value) -> int:
         if match.group(2) is None:  # MM:SS
             hours, mins, secs = 0, int(match.group(3)), int(match.group(4))
         minutes = days * 1440 + hours * 60 + mins + (1 if secs else 0)
-    if not 1 <= minutes <= 366 * 1440:
+    if not 1 <= minutes <= MAX_MINUTES:
         raise serializers.ValidationError("Must be between 1 minute and 366 days.")
     return minutes
 
 
-@extend_schema_field({"oneOf": [{"type": "string"}, {"type": "integer"}]})
 class FlexibleField(serializers.Field):
     """A field whose value is parsed by a function (memory sizes, durations)."""
 
@@ -170,8 +180,34 @@ class FlexibleField(serializers.Field):
         return value
 
 
+# a FlexibleField's schema, by its parser: the text's length and the number's range
+FLEXIBLE_SCHEMAS = {
+    parse_memory_mb: {"type": "integer", "minimum": 1, "maximum": MAX_MEMORY_MB},
+    parse_minutes: {"type": "integer", "minimum": 1, "maximum": MAX_MINUTES},
+}
+
+
+class FlexibleFieldSchema(OpenApiSerializerFieldExtension):
+    target_class = FlexibleField
+    match_subclasses = True
+
+    def map_serializer_field(self, auto_schema, direction):
+        number = FLEXIBLE_SCHEMAS.get(self.target.parse, {"type": "integer"})
+        return {"oneOf": [{"type": "string", "maxLength": MAX_SIZE_TEXT}, number]}
+
+
 @extend_schema_field(
-    {"oneOf": [{"type": "array", "items": {"type": "string"}, "minItems": 1}, {"type": "string"}]}
+    {
+        "oneOf": [
+            {
+                "type": "array",
+                "items": {"type": "string", "maxLength": MAX_ARG},
+                "minItems": 1,
+                "maxItems": MAX_ARGS,
+            },
+            {"type": "string", "maxLength": MAX_SCRIPT},
+        ]
+    }
 )
 class CommandField(serializers.Field):
     """An argv list, or a script body (a string run by bash)."""
@@ -181,14 +217,14 @@ class CommandField(serializers.Field):
             _no_control(data, allow_newlines=True)
             if not data.strip():
                 raise serializers.ValidationError("The script is empty.")
-            if len(data) > 256 * 1024:
+            if len(data) > MAX_SCRIPT:
                 raise serializers.ValidationError("A script may be at most 256 KiB.")
             return {"script": data}
         if isinstance(data, list):
             if not data:
                 raise serializers.ValidationError("Give at least the program to run.")
-            if len(data) > 1000:
-                raise serializers.ValidationError("At most 1000 arguments.")
+            if len(data) > MAX_ARGS:
+                raise serializers.ValidationError(f"At most {MAX_ARGS} arguments.")
             for item in data:
                 if not isinstance(item, str):
                     raise serializers.ValidationError("Every argument must be a string.")
@@ -207,10 +243,10 @@ class CommandField(serializers.Field):
 @extend_schema_field(
     {
         "oneOf": [
-            {"type": "string"},
+            {"type": "string", "maxLength": MAX_ARG},
             {
                 "type": "object",
-                "properties": {"secret": {"type": "string"}},
+                "properties": {"secret": {"type": "string", "maxLength": 128}},
                 "required": ["secret"],
                 "additionalProperties": False,
             },
@@ -224,6 +260,8 @@ class EnvValueField(serializers.Field):
 
     def to_internal_value(self, data):
         if isinstance(data, str):
+            if len(data) > MAX_ARG:
+                raise serializers.ValidationError("At most 32 KiB.")
             return data
         if isinstance(data, dict) and set(data) == {"secret"}:
             name = data["secret"]
@@ -295,12 +333,12 @@ class ResourcesSerializer(ClosedSerializer):
     nodes = serializers.IntegerField(min_value=1, max_value=64, default=1)
     tasks_per_node = serializers.IntegerField(min_value=1, max_value=128, default=1)
     gpus_per_node = serializers.IntegerField(min_value=0, max_value=16, default=0)
-    gpu_type = serializers.CharField(required=False, allow_null=True, default=None)
-    accelerator = serializers.CharField(default="gpu")
+    gpu_type = serializers.CharField(max_length=64, required=False, allow_null=True, default=None)
+    accelerator = serializers.CharField(max_length=64, default="gpu")
     cpus_per_task = serializers.IntegerField(min_value=1, max_value=256, default=1)
     memory = FlexibleField(parse_memory_mb, default=1024, help_text="Per node: '4G' or MiB.")
     time_limit = FlexibleField(parse_minutes, default=60, help_text="'HH:MM:SS' or minutes.")
-    partition = serializers.CharField(required=False, allow_null=True, default=None)
+    partition = serializers.CharField(max_length=64, required=False, allow_null=True, default=None)
 
     def validate_gpu_type(self, value):
         if value is not None and not TOKEN_RE.match(value):
@@ -320,8 +358,8 @@ class ResourcesSerializer(ClosedSerializer):
 
 class EnvironmentSerializer(ClosedSerializer):
     type = serializers.ChoiceField(choices=["none", "venv", "conda", "container"], default="none")
-    path = serializers.CharField(required=False, allow_blank=False)
-    image = serializers.CharField(required=False, allow_blank=False)
+    path = serializers.CharField(required=False, allow_blank=False, max_length=MAX_PATH)
+    image = serializers.CharField(required=False, allow_blank=False, max_length=255)
 
     def validate_path(self, value):
         return _absolute_path(value)
@@ -398,8 +436,8 @@ class JobSpecSerializer(ClosedSerializer):
     )
     kind = serializers.ChoiceField(choices=Kind.choices, default=Kind.TRAINING)
     command = CommandField()
-    working_dir = serializers.CharField(required=False)
-    env = serializers.DictField(child=EnvValueField(), default=dict)
+    working_dir = serializers.CharField(required=False, max_length=MAX_PATH)
+    env = BoundedDictField(child=EnvValueField(), max_items=200, default=dict)
     secrets = serializers.ListField(
         child=serializers.CharField(max_length=128),
         required=False,
@@ -412,7 +450,12 @@ class JobSpecSerializer(ClosedSerializer):
     restart_policy = RestartPolicySerializer(default=dict)
     priority = serializers.IntegerField(min_value=-1000, max_value=1000, default=0)
     register_model = RegisterModelSerializer(required=False)
-    labels = serializers.DictField(child=serializers.CharField(allow_blank=True), default=dict)
+    labels = BoundedDictField(
+        child=serializers.CharField(allow_blank=True, max_length=63),
+        max_items=32,
+        max_key_length=317,  # prefix (253) / name (63)
+        default=dict,
+    )
     datasets = serializers.ListField(child=DatasetRefSerializer(), default=list, max_length=16)
     dataset_cache = serializers.BooleanField(
         default=True, help_text="Stage datasets into the node's cache (false: read in place)."

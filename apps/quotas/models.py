@@ -1,9 +1,13 @@
 """Quotas (limits per tenant, project or user) and the usage ledger."""
 
 from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
 from apps.core.models import TenantModel
+
+# 100 million GPU-hours a month: about 137,000 GPUs busy all month
+MAX_GPU_HOURS_PER_MONTH = 100_000_000
 
 
 class Quota(TenantModel):
@@ -29,7 +33,11 @@ class Quota(TenantModel):
     cpus = models.PositiveIntegerField(null=True, blank=True)
     memory_mb = models.PositiveIntegerField(null=True, blank=True)
     running_jobs = models.PositiveIntegerField(null=True, blank=True)
-    gpu_hours_per_month = models.FloatField(null=True, blank=True)
+    gpu_hours_per_month = models.FloatField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0), MaxValueValidator(MAX_GPU_HOURS_PER_MONTH)],
+    )
     # bytes of datasets and model files (tenant and project quotas; checked at upload and commit)
     storage_bytes = models.PositiveBigIntegerField(null=True, blank=True)
 

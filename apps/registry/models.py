@@ -5,6 +5,7 @@ between versions, and the webhooks told about both."""
 import re
 
 from django.conf import settings
+from django.core.validators import MaxLengthValidator
 from django.db import models
 
 from apps.core.models import Archivable, TenantModel
@@ -20,7 +21,9 @@ class RegisteredModel(Archivable, TenantModel):
         "tenancy.Project", on_delete=models.CASCADE, related_name="registered_models"
     )
     name = models.CharField(max_length=100)
-    description = models.TextField(blank=True, default="")
+    description = models.TextField(
+        blank=True, default="", max_length=10_000, validators=[MaxLengthValidator(10_000)]
+    )
     tags = models.JSONField(default=dict, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -70,8 +73,13 @@ class ModelVersion(TenantModel):
     stage = models.CharField(max_length=12, choices=Stage.choices, default=Stage.NONE)
     storage = models.CharField(max_length=8, default="posix")
     framework = models.CharField(max_length=64, blank=True, default="")
-    description = models.TextField(blank=True, default="")
-    card = models.TextField(blank=True, default="")  # Markdown, stored and served as text
+    description = models.TextField(
+        blank=True, default="", max_length=10_000, validators=[MaxLengthValidator(10_000)]
+    )
+    # Markdown, stored and served as text
+    card = models.TextField(
+        blank=True, default="", max_length=256 * 1024, validators=[MaxLengthValidator(256 * 1024)]
+    )
     metrics = models.JSONField(default=dict, blank=True)  # {name: number}
     params = models.JSONField(default=dict, blank=True)  # {name: string}
     tags = models.JSONField(default=dict, blank=True)

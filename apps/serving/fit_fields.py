@@ -3,6 +3,7 @@
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from apps.core import jsonsafe
 from apps.core.api.serializers import StrictSerializer
 from apps.serving import fit
 from apps.serving.model_config import ConfigError, config_from_dict
@@ -14,6 +15,7 @@ MAX_CONFIG_KEYS = 500
     {
         "type": "object",
         "additionalProperties": True,
+        "maxProperties": MAX_CONFIG_KEYS,
         "description": "A Hugging Face-style config.json: hidden_size, num_hidden_layers,"
         " num_attention_heads, num_key_value_heads, head_dim, intermediate_size, vocab_size,"
         " torch_dtype, ... (num_parameters overrides the count made from the shapes).",
@@ -27,6 +29,9 @@ class HFConfigField(serializers.Field):
             raise serializers.ValidationError("Must be an object (a config.json).")
         if len(data) > MAX_CONFIG_KEYS:
             raise serializers.ValidationError(f"At most {MAX_CONFIG_KEYS} keys.")
+        problem = jsonsafe.problem(data)  # it is stored with the job's spec
+        if problem:
+            raise serializers.ValidationError(problem)
         try:
             config_from_dict(data)
         except ConfigError as error:

@@ -1,10 +1,12 @@
 """Writing the audit log. Services call audit_record() inside their transaction."""
 
+import json
 from typing import Any
 
 from django.db import models
 
 from apps.core.actor import Actor
+from apps.core.jsonsafe import MAX_TEXT, renderable
 from apps.tenancy.models import AuditEvent
 
 
@@ -23,6 +25,24 @@ def snapshot(instance: models.Model, fields: list[str]) -> dict[str, Any]:
 def diff(before: dict[str, Any], after: dict[str, Any]) -> dict[str, list[Any]]:
     """{field: [old, new]} for each field that changed."""
     return {k: [before.get(k), after.get(k)] for k in after if before.get(k) != after.get(k)}
+
+
+MAX_CHANGES_BYTES = 16 * 1024
+
+
+def storable(changes: dict | None) -> dict:
+    """`changes` as the log keeps them: JSON that renders (no integer beyond 64 bits, no NaN
+    or infinity: apps/core/jsonsafe.py), at most MAX_CHANGES_BYTES; an entry that does not
+    fit is kept as the start of its text."""
+    safe = renderable(changes or {})
+    if len(json.dumps(safe, ensure_ascii=False).encode()) <= MAX_CHANGES_BYTES:
+        return safe
+    share = max(64, min(MAX_TEXT, MAX_CHANGES_BYTES // (4 * max(len(safe), 1))))
+    cut = {}
+    for key, value in list(safe.items())[:64]:
+        text = json.dumps(value, ensure_ascii=False)
+        cut[key[:64]] = value if len(text) <= share else text[:share] + "…"
+    return cut
 
 
 def audit_record(**kwargs) -> AuditEvent:
@@ -53,6 +73,6 @@ def audit_event(
         target_type=target._meta.model_name if target is not None else "",
         target_id=str(target.pk) if target is not None else "",
         target_repr=str(target)[:200] if target is not None else "",
-        changes=changes or {},
+        changes=storable(changes),
         ip=ip,
     )

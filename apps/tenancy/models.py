@@ -3,7 +3,12 @@
 import hashlib
 
 from django.conf import settings
-from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
+from django.core.validators import (
+    MaxLengthValidator,
+    MaxValueValidator,
+    MinValueValidator,
+    RegexValidator,
+)
 from django.db import models
 from django.utils import timezone
 
@@ -32,7 +37,9 @@ class Tenant(Archivable, BaseModel):
 
     name = models.CharField(max_length=200)
     slug = models.CharField(max_length=50, unique=True, validators=[slug_validator])
-    description = models.TextField(blank=True, default="")
+    description = models.TextField(
+        blank=True, default="", max_length=10_000, validators=[MaxLengthValidator(10_000)]
+    )
     log_retention_days = models.PositiveIntegerField(
         default=30,
         validators=[MinValueValidator(1), MaxValueValidator(3650)],
@@ -78,7 +85,9 @@ class Project(Archivable, TenantModel):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="projects")
     name = models.CharField(max_length=200)
     slug = models.CharField(max_length=50, validators=[slug_validator])
-    description = models.TextField(blank=True, default="")
+    description = models.TextField(
+        blank=True, default="", max_length=10_000, validators=[MaxLengthValidator(10_000)]
+    )
     default_cluster = models.ForeignKey(
         "compute.Cluster", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

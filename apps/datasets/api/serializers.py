@@ -11,6 +11,10 @@ from apps.datasets.models import (
     name_validator,
 )
 
+MAX_TEXT = 10_000  # a description, a version's notes (the models' bound)
+MAX_FILE_BYTES = 2**63 - 1  # what PostgreSQL's bigint holds
+MAX_VERSION_NUMBER = 2**31 - 1
+
 
 class DatasetSerializer(serializers.ModelSerializer):
     tenant = serializers.UUIDField(source="tenant_id", read_only=True)
@@ -39,11 +43,13 @@ class DatasetSerializer(serializers.ModelSerializer):
 class DatasetCreateSerializer(StrictSerializer):
     project = serializers.UUIDField()
     name = serializers.CharField(max_length=64, validators=[name_validator])
-    description = serializers.CharField(required=False, allow_blank=True, default="")
+    description = serializers.CharField(
+        required=False, allow_blank=True, default="", max_length=MAX_TEXT
+    )
 
 
 class DatasetUpdateSerializer(StrictSerializer):
-    description = serializers.CharField(allow_blank=True)
+    description = serializers.CharField(allow_blank=True, max_length=MAX_TEXT)
 
 
 class DatasetVersionSerializer(serializers.ModelSerializer):
@@ -81,7 +87,7 @@ class DatasetVersionSerializer(serializers.ModelSerializer):
 
 
 class DatasetVersionCreateSerializer(StrictSerializer):
-    notes = serializers.CharField(required=False, allow_blank=True, default="")
+    notes = serializers.CharField(required=False, allow_blank=True, default="", max_length=MAX_TEXT)
     storage_kind = serializers.ChoiceField(choices=StorageKind.choices, required=False)
 
 
@@ -102,8 +108,8 @@ class DatasetPathQuerySerializer(StrictSerializer):
 
 class DatasetUploadQuerySerializer(StrictSerializer):
     path = serializers.CharField(max_length=4096, trim_whitespace=False)
-    offset = serializers.IntegerField(min_value=0)
-    total = serializers.IntegerField(min_value=0)
+    offset = serializers.IntegerField(min_value=0, max_value=MAX_FILE_BYTES)
+    total = serializers.IntegerField(min_value=0, max_value=MAX_FILE_BYTES)
 
 
 class DatasetUploadStateSerializer(serializers.Serializer):
@@ -114,8 +120,8 @@ class DatasetUploadStateSerializer(serializers.Serializer):
 
 
 class DatasetCompareQuerySerializer(StrictSerializer):
-    a = serializers.IntegerField(min_value=1)
-    b = serializers.IntegerField(min_value=1)
+    a = serializers.IntegerField(min_value=1, max_value=MAX_VERSION_NUMBER)
+    b = serializers.IntegerField(min_value=1, max_value=MAX_VERSION_NUMBER)
 
 
 class DatasetCompareSerializer(serializers.Serializer):

@@ -136,8 +136,12 @@ class DatasetViewSet(
 
     @extend_schema(
         parameters=[
-            OpenApiParameter("a", OpenApiTypes.INT, required=True),
-            OpenApiParameter("b", OpenApiTypes.INT, required=True),
+            OpenApiParameter(
+                "a", {"type": "integer", "minimum": 1, "maximum": 2**31 - 1}, required=True
+            ),
+            OpenApiParameter(
+                "b", {"type": "integer", "minimum": 1, "maximum": 2**31 - 1}, required=True
+            ),
         ],
         responses=DatasetCompareSerializer,
     )
@@ -227,8 +231,12 @@ class DatasetVersionViewSet(CodedConflictMixin, mixins.ListModelMixin, TenantSco
         methods=["PUT"],
         parameters=[
             OpenApiParameter("path", OpenApiTypes.STR, required=True),
-            OpenApiParameter("offset", OpenApiTypes.INT, required=True),
-            OpenApiParameter("total", OpenApiTypes.INT, required=True),
+            OpenApiParameter(
+                "offset", {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}, required=True
+            ),
+            OpenApiParameter(
+                "total", {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}, required=True
+            ),
         ],
         request={"application/octet-stream": OpenApiTypes.BINARY},
         responses={200: DatasetUploadStateSerializer, 411: ErrorSerializer},

@@ -4,6 +4,9 @@ from rest_framework import serializers
 
 from apps.jobs.models import DatasetStage, Job, JobAttempt, JobEvent
 
+MAX_INT = 2**31 - 1  # PostgreSQL's integer, bigint
+MAX_BIGINT = 2**63 - 1
+
 
 class JobEventSerializer(serializers.ModelSerializer):
     attempt = serializers.IntegerField(source="attempt.number", default=None, read_only=True)
@@ -149,9 +152,9 @@ def _signature_names(job) -> list[str]:
 
 
 class LogQuerySerializer(serializers.Serializer):
-    attempt = serializers.IntegerField(min_value=1, required=False)
+    attempt = serializers.IntegerField(min_value=1, max_value=MAX_INT, required=False)
     stream = serializers.ChoiceField(choices=["stdout", "stderr"], default="stdout")
-    offset = serializers.IntegerField(min_value=0, default=0)
+    offset = serializers.IntegerField(min_value=0, max_value=MAX_BIGINT, default=0)
     limit = serializers.IntegerField(min_value=1, max_value=1024 * 1024, default=65536)
 
 
@@ -186,7 +189,9 @@ class JobBatchResultSerializer(serializers.Serializer):
 
 class MetricQuerySerializer(serializers.Serializer):
     metric = serializers.RegexField(r"^[A-Za-z0-9_./,-]{0,1000}$", required=False)
-    since_step = serializers.IntegerField(required=False)
+    since_step = serializers.IntegerField(
+        required=False, min_value=-MAX_BIGINT, max_value=MAX_BIGINT
+    )
 
 
 class MetricPointSerializer(serializers.Serializer):

@@ -125,10 +125,22 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedV
 
     @extend_schema(
         parameters=[
-            OpenApiParameter("attempt", OpenApiTypes.INT, description="default: the latest"),
+            OpenApiParameter(
+                "attempt",
+                {"type": "integer", "minimum": 1, "maximum": 2**31 - 1},
+                description="default: the latest",
+            ),
             OpenApiParameter("stream", OpenApiTypes.STR, enum=["stdout", "stderr"]),
-            OpenApiParameter("offset", OpenApiTypes.INT, description="byte offset to read from"),
-            OpenApiParameter("limit", OpenApiTypes.INT, description="bytes, at most 1 MiB"),
+            OpenApiParameter(
+                "offset",
+                {"type": "integer", "minimum": 0, "maximum": 2**63 - 1},
+                description="byte offset to read from",
+            ),
+            OpenApiParameter(
+                "limit",
+                {"type": "integer", "minimum": 1, "maximum": 1024 * 1024},
+                description="bytes, at most 1 MiB",
+            ),
         ],
         responses=LogChunkSerializer,
     )
@@ -144,7 +156,11 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedV
     @extend_schema(
         parameters=[
             OpenApiParameter("metric", OpenApiTypes.STR, description="names, comma separated"),
-            OpenApiParameter("since_step", OpenApiTypes.INT, description="only later steps"),
+            OpenApiParameter(
+                "since_step",
+                {"type": "integer", "minimum": -(2**63 - 1), "maximum": 2**63 - 1},
+                description="only later steps",
+            ),
         ],
         responses=MetricSeriesSerializer,
     )

@@ -1,17 +1,18 @@
 """Log search parameters (validated field by field) and the response shapes (for OpenAPI)."""
 
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from apps.logs.search import INTERVAL_RE, LEVELS, MAX_CONTEXT, MAX_SIZE, STREAMS
 
 
-@extend_schema_field(OpenApiTypes.STR)
+@extend_schema_field({"type": "string", "maxLength": 200})
 class LevelsField(serializers.Field):
     """One level or several, comma-separated: `ERROR,CRITICAL`."""
 
     def to_internal_value(self, data):
+        if len(str(data)) > 200:
+            raise serializers.ValidationError("At most 200 characters.")
         levels = [part.strip().upper() for part in str(data).split(",") if part.strip()]
         unknown = [level for level in levels if level not in LEVELS]
         if unknown or not levels:
@@ -39,7 +40,7 @@ class LogSearchQuerySerializer(serializers.Serializer):
     stream = serializers.ChoiceField(choices=STREAMS, required=False)
     level = LevelsField(required=False, help_text=f"Comma-separated, any of {', '.join(LEVELS)}.")
     node = serializers.CharField(required=False, max_length=255)
-    rank = serializers.IntegerField(required=False, min_value=0)
+    rank = serializers.IntegerField(required=False, min_value=0, max_value=2**31 - 1)
     since = serializers.DateTimeField(required=False, help_text="ISO 8601, inclusive.")
     until = serializers.DateTimeField(required=False, help_text="ISO 8601, inclusive.")
     size = serializers.IntegerField(required=False, min_value=1, max_value=MAX_SIZE, default=50)
@@ -52,6 +53,7 @@ class LogSearchQuerySerializer(serializers.Serializer):
     interval = serializers.RegexField(
         INTERVAL_RE.pattern + "|^auto$",
         required=False,
+        max_length=32,
         help_text="Histogram bucket width, e.g. `30s`, `1m`, `1h`, `1d` (units ms, s, m, h, d); "
         "default `auto`: about 60 buckets over the range.",
     )

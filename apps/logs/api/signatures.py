@@ -14,7 +14,7 @@ from apps.logs.models import FailureSignature, SignatureMatch
 
 
 class FailureSignatureSerializer(StrictModelSerializer):
-    tenant = serializers.CharField(write_only=True, required=False)
+    tenant = serializers.CharField(write_only=True, required=False, max_length=64)
     tenant_id = serializers.UUIDField(read_only=True)
 
     class Meta:

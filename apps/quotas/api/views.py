@@ -31,10 +31,12 @@ LIMIT_FIELDS = [
 
 
 class QuotaSerializer(StrictModelSerializer):
-    tenant = serializers.CharField(write_only=True, required=False)
+    tenant = serializers.CharField(write_only=True, required=False, max_length=64)
     tenant_id = serializers.UUIDField(read_only=True)
     project = serializers.UUIDField(source="project_id", required=False, allow_null=True)
-    user = serializers.CharField(source="user.username", required=False, allow_null=True)
+    user = serializers.CharField(
+        source="user.username", required=False, allow_null=True, max_length=150
+    )
     scope = serializers.CharField(source="scope_label", read_only=True)
 
     class Meta:

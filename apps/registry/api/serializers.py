@@ -8,7 +8,13 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from apps.core.api import json_rows
-from apps.core.api.serializers import StrictModelSerializer, StrictSerializer
+from apps.core.api.serializers import (
+    BoundedDictField,
+    JSONNumberField,
+    JSONScalarField,
+    StrictModelSerializer,
+    StrictSerializer,
+)
 from apps.registry.models import (
     ModelAlias,
     ModelFile,
@@ -19,6 +25,11 @@ from apps.registry.models import (
     WebhookDelivery,
     WebhookEvent,
 )
+from apps.registry.services import MAX_CARD, MAX_METRICS, MAX_PARAMS
+
+# a version number (a positive PostgreSQL integer), a file's size (what a bigint holds)
+MAX_NUMBER_IN_SEQUENCE = 2**31 - 1
+MAX_FILE_BYTES = 2**63 - 1
 
 
 class RegisteredModelSerializer(StrictModelSerializer):
@@ -26,6 +37,11 @@ class RegisteredModelSerializer(StrictModelSerializer):
     project_slug = serializers.CharField(source="project.slug", read_only=True)
     tenant_id = serializers.UUIDField(read_only=True)
     latest_version = serializers.IntegerField(source="last_number", read_only=True)
+    tags = BoundedDictField(
+        child=serializers.CharField(allow_blank=True, max_length=256),
+        max_items=50,
+        required=False,
+    )
     aliases = serializers.SerializerMethodField()
     created_by = serializers.CharField(source="created_by.username", read_only=True, default=None)
 
@@ -75,7 +91,11 @@ class RegisteredModelSerializer(StrictModelSerializer):
 
 class ModelUpdateSerializer(StrictSerializer):
     description = serializers.CharField(allow_blank=True, required=False, max_length=10_000)
-    tags = serializers.DictField(child=serializers.CharField(allow_blank=True), required=False)
+    tags = BoundedDictField(
+        child=serializers.CharField(allow_blank=True, max_length=256),
+        max_items=50,
+        required=False,
+    )
 
 
 class ModelFileSerializer(serializers.ModelSerializer):
@@ -246,11 +266,19 @@ class VersionCreateSerializer(StrictSerializer):
     framework = serializers.CharField(allow_blank=True, required=False, max_length=64)
     description = serializers.CharField(allow_blank=True, required=False, max_length=10_000)
     card = serializers.CharField(
-        allow_blank=True, required=False, trim_whitespace=False, help_text="Markdown"
+        allow_blank=True,
+        required=False,
+        trim_whitespace=False,
+        max_length=MAX_CARD,
+        help_text="Markdown",
     )
-    metrics = serializers.DictField(required=False)
-    params = serializers.DictField(required=False)
-    tags = serializers.DictField(required=False)
+    metrics = BoundedDictField(child=JSONNumberField(), max_items=MAX_METRICS, required=False)
+    params = BoundedDictField(child=JSONScalarField(), max_items=MAX_PARAMS, required=False)
+    tags = BoundedDictField(
+        child=serializers.CharField(allow_blank=True, max_length=256),
+        max_items=50,
+        required=False,
+    )
     dataset_versions = serializers.ListField(
         child=serializers.CharField(max_length=200),
         required=False,
@@ -267,8 +295,14 @@ class VersionCreateSerializer(StrictSerializer):
 
 class VersionUpdateSerializer(StrictSerializer):
     description = serializers.CharField(allow_blank=True, required=False, max_length=10_000)
-    card = serializers.CharField(allow_blank=True, required=False, trim_whitespace=False)
-    tags = serializers.DictField(required=False)
+    card = serializers.CharField(
+        allow_blank=True, required=False, trim_whitespace=False, max_length=MAX_CARD
+    )
+    tags = BoundedDictField(
+        child=serializers.CharField(allow_blank=True, max_length=256),
+        max_items=50,
+        required=False,
+    )
 
 
 class StageSerializer(StrictSerializer):
@@ -276,7 +310,7 @@ class StageSerializer(StrictSerializer):
 
 
 class AliasSetSerializer(StrictSerializer):
-    version = serializers.IntegerField(min_value=1)
+    version = serializers.IntegerField(min_value=1, max_value=MAX_NUMBER_IN_SEQUENCE)
 
 
 class AliasSerializer(serializers.ModelSerializer):
@@ -296,19 +330,21 @@ class AliasSerializer(serializers.ModelSerializer):
 
 
 class UploadQuerySerializer(StrictSerializer):
-    offset = serializers.IntegerField(min_value=0, default=0)
+    offset = serializers.IntegerField(min_value=0, max_value=MAX_FILE_BYTES, default=0)
 
 
 class CompareQuerySerializer(StrictSerializer):
-    a = serializers.IntegerField(min_value=1)
-    b = serializers.IntegerField(min_value=1)
+    a = serializers.IntegerField(min_value=1, max_value=MAX_NUMBER_IN_SEQUENCE)
+    b = serializers.IntegerField(min_value=1, max_value=MAX_NUMBER_IN_SEQUENCE)
 
 
 class WebhookSerializer(StrictModelSerializer):
-    tenant = serializers.CharField(write_only=True, required=False)
+    tenant = serializers.CharField(write_only=True, required=False, max_length=64)
     tenant_id = serializers.UUIDField(read_only=True)
     events = serializers.ListField(
-        child=serializers.ChoiceField(choices=WebhookEvent.choices), min_length=1
+        child=serializers.ChoiceField(choices=WebhookEvent.choices),
+        min_length=1,
+        max_length=len(WebhookEvent.choices),
     )
 
     class Meta:

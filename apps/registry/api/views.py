@@ -282,7 +282,9 @@ class RegisteredModelViewSet(
     )
     @extend_schema(
         methods=["PUT"],
-        parameters=[OpenApiParameter("offset", OpenApiTypes.INT)],
+        parameters=[
+            OpenApiParameter("offset", {"type": "integer", "minimum": 0, "maximum": 2**63 - 1})
+        ],
         request={"application/octet-stream": OpenApiTypes.BINARY},
         responses=UPLOAD_STATE,
     )
@@ -381,8 +383,12 @@ class RegisteredModelViewSet(
 
     @extend_schema(
         parameters=[
-            OpenApiParameter("a", OpenApiTypes.INT, required=True),
-            OpenApiParameter("b", OpenApiTypes.INT, required=True),
+            OpenApiParameter(
+                "a", {"type": "integer", "minimum": 1, "maximum": 2**31 - 1}, required=True
+            ),
+            OpenApiParameter(
+                "b", {"type": "integer", "minimum": 1, "maximum": 2**31 - 1}, required=True
+            ),
         ],
         responses=OpenApiTypes.OBJECT,
     )

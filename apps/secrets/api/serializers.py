@@ -20,5 +20,9 @@ class SecretSerializer(serializers.ModelSerializer):
 class SecretValueSerializer(StrictSerializer):
     # the rules (64 KiB of UTF-8, no NUL) are the service's: one 400 names the field
     value = serializers.CharField(
-        allow_blank=True, trim_whitespace=False, write_only=True, help_text="Write-only."
+        allow_blank=True,
+        trim_whitespace=False,
+        write_only=True,
+        max_length=64 * 1024,  # characters; the service counts the bytes
+        help_text="Write-only.",
     )

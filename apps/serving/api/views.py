@@ -140,7 +140,11 @@ class DeploymentViewSet(
 
     @extend_schema(
         parameters=[
-            OpenApiParameter("minutes", int, description="The window: 1-1440 (default 60).")
+            OpenApiParameter(
+                "minutes",
+                {"type": "integer", "minimum": 1, "maximum": 1440},
+                description="The window: 1-1440 (default 60).",
+            )
         ],
         responses=DeploymentUsageSerializer,
     )

@@ -1,9 +1,14 @@
 """Request and response shapes for tenancy. Validation only; writes go through services."""
 
 from django.contrib.auth import get_user_model
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from apps.core.api.serializers import StrictModelSerializer, StrictSerializer
+from apps.core.api.serializers import (
+    RenderableJSONField,
+    StrictModelSerializer,
+    StrictSerializer,
+)
 from apps.tenancy.models import (
     AccessToken,
     AuditEvent,
@@ -17,6 +22,8 @@ from apps.tenancy.models import (
 from apps.tenancy.policies import MATRIX, has_role
 
 User = get_user_model()
+# a tenant named in a body: its id (36 characters) or its slug (at most 50)
+TENANT_REF_MAX = 64
 
 
 class UserSummarySerializer(serializers.ModelSerializer):
@@ -47,6 +54,7 @@ def member_detail(serializer: serializers.Serializer, *, user, tenant_id) -> dic
     return MemberSummarySerializer(user).data
 
 
+@extend_schema_field({"type": "string", "minLength": 1, "maxLength": 50})
 class ClusterNameField(serializers.SlugRelatedField):
     """A cluster by name, or null; "" is refused (DRF would take it as null, which the schema
     does not say: a name has at least one character)."""
@@ -56,6 +64,8 @@ class ClusterNameField(serializers.SlugRelatedField):
     def run_validation(self, data=serializers.empty):
         if data == "":
             self.fail("blank")
+        if isinstance(data, str) and len(data) > 50:
+            raise serializers.ValidationError("A cluster's name is at most 50 characters.")
         return super().run_validation(data)
 
 
@@ -137,7 +147,10 @@ class MembershipUpdateSerializer(StrictSerializer):
 
 class ProjectSerializer(StrictModelSerializer):
     tenant = serializers.CharField(
-        write_only=True, required=False, help_text="Tenant id or slug (default: your only one)."
+        write_only=True,
+        required=False,
+        max_length=TENANT_REF_MAX,
+        help_text="Tenant id or slug (default: your only one).",
     )
     tenant_id = serializers.UUIDField(read_only=True)
     default_cluster = serializers.SlugRelatedField(
@@ -176,7 +189,9 @@ class ProjectUpdateSerializer(StrictModelSerializer):
 
 class ProjectMemberSerializer(StrictModelSerializer):
     project = serializers.UUIDField(source="project_id")
-    user = serializers.CharField(write_only=True, help_text="Username of a tenant member.")
+    user = serializers.CharField(
+        write_only=True, max_length=150, help_text="Username of a tenant member."
+    )
     user_detail = serializers.SerializerMethodField(
         help_text="id, username; also email, first_name, last_name for the tenant's admins."
     )
@@ -193,7 +208,10 @@ class ProjectMemberSerializer(StrictModelSerializer):
 
 class AccessTokenSerializer(StrictModelSerializer):
     tenant = serializers.CharField(
-        write_only=True, required=False, help_text="Tenant id or slug (default: your only one)."
+        write_only=True,
+        required=False,
+        max_length=TENANT_REF_MAX,
+        help_text="Tenant id or slug (default: your only one).",
     )
     tenant_id = serializers.UUIDField(read_only=True)
     user = UserSummarySerializer(read_only=True)
@@ -275,9 +293,11 @@ class InvitationSerializer(StrictModelSerializer):
 
 class InvitationCreateSerializer(StrictSerializer):
     tenant = serializers.CharField(
-        required=False, help_text="Tenant id or slug (default: your only one)."
+        required=False,
+        max_length=TENANT_REF_MAX,
+        help_text="Tenant id or slug (default: your only one).",
     )
-    email = serializers.EmailField(required=False, help_text="Invite by e-mail, or")
+    email = serializers.EmailField(required=False, max_length=254, help_text="Invite by e-mail, or")
     username = serializers.CharField(required=False, max_length=150, help_text="by username.")
     role = serializers.ChoiceField(choices=Role.choices)
 
@@ -319,6 +339,7 @@ class AuditEventSerializer(serializers.ModelSerializer):
     tenant_id = serializers.UUIDField(read_only=True)
     actor = serializers.CharField(source="actor_repr", read_only=True)
     token_id = serializers.UUIDField(read_only=True, allow_null=True)  # none for a session
+    changes = RenderableJSONField(read_only=True)
 
     class Meta:
         model = AuditEvent
@@ -339,8 +360,10 @@ class AuditEventSerializer(serializers.ModelSerializer):
 
 
 class LoginSerializer(StrictSerializer):
-    username = serializers.CharField()
-    password = serializers.CharField(style={"input_type": "password"}, trim_whitespace=False)
+    username = serializers.CharField(max_length=150)
+    password = serializers.CharField(
+        max_length=4096, style={"input_type": "password"}, trim_whitespace=False
+    )
 
 
 class MeSerializer(serializers.Serializer):
