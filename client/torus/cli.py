@@ -7,6 +7,7 @@ import sys
 from datetime import datetime, timedelta, timezone
 
 from torus import (
+    archive_cli,
     completion,
     datasets_cli,
     deployments_cli,
@@ -34,7 +35,8 @@ def cmd_whoami(client: Client, args) -> None:
 
 
 def cmd_projects(client: Client, args) -> None:
-    emit(args, client.projects(tenant=args.tenant), ["id", "slug", "name"])
+    rows = client.projects(tenant=args.tenant, archived=args.archived)
+    emit(args, rows, archive_cli.columns(args, ["id", "slug", "name"]))
 
 
 def cmd_tokens(client: Client, args) -> None:
@@ -74,9 +76,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("whoami", help="who you are, your tenants and roles").set_defaults(
         func=cmd_whoami
     )
-    projects = sub.add_parser("projects", help="list projects")
-    projects.add_argument("--tenant", help="tenant slug or id")
-    projects.set_defaults(func=cmd_projects)
+    projects = sub.add_parser("projects", help="list, archive and restore projects")
+    # `torus projects` alone lists them, as `torus projects ls` does
+    projects.set_defaults(func=cmd_projects, tenant=None, archived=False)
+    psub = projects.add_subparsers(dest="projects_command")
+    for lister in (projects, psub.add_parser("ls", help="list projects")):
+        lister.add_argument("--tenant", help="tenant slug or id", default=argparse.SUPPRESS)
+        archive_cli.add_archived_flag(lister, default=argparse.SUPPRESS)
+    archive_cli.add_parsers(psub, "project")
     sub.add_parser("tokens", help="list access tokens").set_defaults(func=cmd_tokens)
     token = sub.add_parser("token", help="create or revoke an access token")
     token_sub = token.add_subparsers(dest="token_command", required=True)

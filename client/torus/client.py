@@ -152,8 +152,22 @@ class Client:
     def me(self) -> dict:
         return self.request("GET", "/api/v1/auth/me")
 
-    def projects(self, *, tenant: str | None = None) -> list[dict]:
-        return list(self.paginate("/api/v1/projects/", tenant=tenant))
+    def projects(self, *, tenant: str | None = None, archived: bool = False) -> list[dict]:
+        """Your projects; `archived=True`: only the archived ones (hidden by default)."""
+        return list(self.paginate("/api/v1/projects/", tenant=tenant, **_archived(archived)))
+
+    def datasets(self, *, project: str | None = None, archived: bool = False) -> list[dict]:
+        return self._listed("dataset", project, archived)
+
+    def models(self, *, project: str | None = None, archived: bool = False) -> list[dict]:
+        return self._listed("model", project, archived)
+
+    def deployments(self, *, project: str | None = None, archived: bool = False) -> list[dict]:
+        return self._listed("deployment", project, archived)
+
+    def _listed(self, kind: str, project: str | None, archived: bool) -> list[dict]:
+        project = self.project_id(project) if project else None
+        return list(self.paginate(_collection(kind), project=project, **_archived(archived)))
 
     def create_project(self, *, name: str, slug: str, description: str = "", tenant=None) -> dict:
         body = {"name": name, "slug": slug, "description": description}
@@ -161,14 +175,91 @@ class Client:
             body["tenant"] = tenant
         return self.request("POST", "/api/v1/projects/", json=body)
 
-    def project_id(self, project: str) -> str:
-        """A project's id from its id or its slug (a slug must name one project you can see)."""
-        if len(project) == 36 and project.count("-") == 4:
+    def project_id(self, project: str, *, archived: bool = False) -> str:
+        """A project's id from its id or its slug (a slug must name one project you can see;
+        `archived=True`: one of the archived projects, which lists hide by default)."""
+        if _is_id(project):
             return project
-        matches = self.request("GET", "/api/v1/projects/", params={"slug": project})["results"]
+        params = {"slug": project, **_archived(archived)}
+        matches = self.request("GET", "/api/v1/projects/", params=params)["results"]
         if len(matches) != 1:
-            raise TorusError(f"no single project with slug {project!r} ({len(matches)} found)")
+            where = "archived project" if archived else "project"
+            raise TorusError(f"no single {where} with slug {project!r} ({len(matches)} found)")
         return matches[0]["id"]
+
+    def find(
+        self,
+        kind: str,
+        ref: str,
+        *,
+        project: str | None = None,
+        archived: bool = False,
+    ) -> dict | None:
+        """A project (by id or slug), dataset, model or deployment (by id or name, in
+        `project` when names repeat across projects); None when there is none.
+        `archived=True`: among the archived ones."""
+        if _is_id(ref):
+            return self.request("GET", f"{_collection(kind)}{ref}/")
+        params = {"slug" if kind == "project" else "name": ref, **_archived(archived)}
+        if project and kind != "project":
+            params["project"] = self.project_id(project)
+        rows = self.request("GET", _collection(kind), params=params)["results"]
+        if len(rows) > 1:
+            raise TorusError(f"several {kind}s named {ref!r}: say which project (--project)")
+        return rows[0] if rows else None
+
+    def locate(
+        self, kind: str, ref: str, *, project: str | None = None, archived_first: bool = False
+    ) -> dict:
+        """As `find`, looking among the live ones and the archived ones (those first with
+        `archived_first`): archiving or restoring finds its target either way, so the API,
+        not a "not found" here, says why it cannot be archived again or restored."""
+        for among in (archived_first, not archived_first):
+            found = self.find(kind, ref, project=project, archived=among)
+            if found is not None:
+                return found
+        where = f" in project {project}" if project else ""
+        raise TorusError(f"no {kind} {ref!r}{where}", status=404, code="not_found")
+
+    # -- archive and restore: read-only and hidden from lists, never deleted ------------
+
+    def archive(self, kind: str, target_id: str, *, confirm: str) -> dict:
+        """Archive a project, dataset, model or deployment by id: read-only, hidden from the
+        default lists, its running work stopped; an admin may restore it. `confirm`: the
+        project's slug or the thing's name (a mismatch is refused: 400 at `confirm`; already
+        archived: 409)."""
+        path = f"{_collection(kind)}{target_id}/archive/"
+        return self.request("POST", path, json={"confirm": confirm})
+
+    def restore(self, kind: str, target_id: str) -> dict:
+        """Restore an archived one (409 when it is not archived, or already purged)."""
+        return self.request("POST", f"{_collection(kind)}{target_id}/restore/")
+
+    def archive_project(self, project: str, *, confirm: str) -> dict:
+        """`project`: its id or slug; `confirm`: its slug."""
+        return self.archive("project", self.locate("project", project)["id"], confirm=confirm)
+
+    def restore_project(self, project: str) -> dict:
+        found = self.locate("project", project, archived_first=True)
+        return self.restore("project", found["id"])
+
+    def archive_dataset(self, dataset_id: str, *, confirm: str) -> dict:
+        return self.archive("dataset", dataset_id, confirm=confirm)
+
+    def restore_dataset(self, dataset_id: str) -> dict:
+        return self.restore("dataset", dataset_id)
+
+    def archive_model(self, model_id: str, *, confirm: str) -> dict:
+        return self.archive("model", model_id, confirm=confirm)
+
+    def restore_model(self, model_id: str) -> dict:
+        return self.restore("model", model_id)
+
+    def archive_deployment(self, deployment_id: str, *, confirm: str) -> dict:
+        return self.archive("deployment", deployment_id, confirm=confirm)
+
+    def restore_deployment(self, deployment_id: str) -> dict:
+        return self.restore("deployment", deployment_id)
 
     # -- project secrets: names and metadata out, values only in (never read back) --------
 
@@ -341,6 +432,30 @@ class Client:
             if len(rows) >= limit:
                 break
         return rows
+
+
+# What may be archived, and the API collection of each.
+ARCHIVABLE = {
+    "project": "projects",
+    "dataset": "datasets",
+    "model": "models",
+    "deployment": "deployments",
+}
+
+
+def _collection(kind: str) -> str:
+    if kind not in ARCHIVABLE:
+        raise ValueError(f"{kind!r}: one of {', '.join(ARCHIVABLE)}")
+    return f"/api/v1/{ARCHIVABLE[kind]}/"
+
+
+def _is_id(ref: str) -> bool:
+    return len(ref) == 36 and ref.count("-") == 4
+
+
+def _archived(archived: bool) -> dict:
+    """The list filter: only the archived rows (the API's default hides them)."""
+    return {"archived": "true"} if archived else {}
 
 
 SECRET_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")

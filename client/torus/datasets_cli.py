@@ -10,6 +10,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from torus import archive_cli
+from torus.archive_cli import add_archived_flag, columns, json_flag
 from torus.client import Client
 from torus.errors import TorusError
 from torus.output import emit
@@ -35,16 +37,10 @@ def parse_ref(ref: str) -> tuple[str, int]:
     return name, int(number)
 
 
-def find_dataset(client: Client, name: str, *, project: str | None = None) -> dict | None:
-    params = {"name": name}
-    if project:
-        from torus.jobs_cli import resolve_project
-
-        params["project"] = resolve_project(client, project)
-    rows = client.request("GET", "/api/v1/datasets/", params=params)["results"]
-    if len(rows) > 1:
-        raise TorusError(f"several datasets named {name!r}: say which project (--project)")
-    return rows[0] if rows else None
+def find_dataset(
+    client: Client, name: str, *, project: str | None = None, archived: bool = False
+) -> dict | None:
+    return client.find("dataset", name, project=project, archived=archived)
 
 
 def get_dataset(client: Client, name: str, *, project: str | None = None) -> dict:
@@ -306,12 +302,8 @@ def cmd_upload(client: Client, args) -> None:
 
 
 def cmd_ls(client: Client, args) -> None:
-    params = {}
-    if args.project:
-        from torus.jobs_cli import resolve_project
-
-        params["project"] = resolve_project(client, args.project)
-    emit(args, list(client.paginate("/api/v1/datasets/", **params)), DATASET_COLUMNS)
+    rows = client.datasets(project=args.project, archived=args.archived)
+    emit(args, rows, columns(args, DATASET_COLUMNS))
 
 
 def cmd_versions(client: Client, args) -> None:
@@ -377,7 +369,7 @@ def add_parsers(sub) -> None:
 
     def common(parser):
         parser.add_argument("--project", help="project id or slug")
-        parser.add_argument("--json", action="store_true", help="JSON output for scripts")
+        json_flag(parser)
         return parser
 
     upload = common(datasets.add_parser("upload", help="upload a directory as a new version"))
@@ -394,7 +386,9 @@ def add_parsers(sub) -> None:
     upload.set_defaults(func=cmd_upload)
 
     ls = common(datasets.add_parser("ls", help="list datasets"))
+    add_archived_flag(ls)
     ls.set_defaults(func=cmd_ls)
+    archive_cli.add_parsers(datasets, "dataset")
 
     versions = common(datasets.add_parser("versions", help="a dataset's versions"))
     versions.add_argument("name")

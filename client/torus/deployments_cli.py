@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Iterator
 
+from torus import archive_cli
 from torus.client import Client
 from torus.errors import TorusError
 from torus.output import emit, table
@@ -27,19 +28,14 @@ def _project_id(client: Client, ref: str) -> str:
     return resolve_project(client, ref)
 
 
-def find_deployment(client: Client, ref: str, *, project: str | None = None) -> dict:
+def find_deployment(
+    client: Client, ref: str, *, project: str | None = None, archived: bool = False
+) -> dict:
     """A deployment by id or by name (in `project` when several projects have one)."""
-    if len(ref) == 36 and ref.count("-") == 4:
-        return client.request("GET", f"/api/v1/deployments/{ref}/")
-    params = {"name": ref}
-    if project:
-        params["project"] = _project_id(client, project)
-    rows = client.request("GET", "/api/v1/deployments/", params=params)["results"]
-    if not rows:
+    found = client.find("deployment", ref, project=project, archived=archived)
+    if found is None:
         raise TorusError(f"no deployment named {ref!r}", status=404)
-    if len(rows) > 1:
-        raise TorusError(f"several deployments named {ref!r}: say which project (--project)")
-    return rows[0]
+    return found
 
 
 def default_name(model_ref: str) -> str:
@@ -174,12 +170,11 @@ def cmd_deploy(client: Client, args) -> int:
 
 
 def cmd_ls(client: Client, args) -> int:
-    params = {"project": _project_id(client, args.project)} if args.project else {}
-    rows = list(client.paginate("/api/v1/deployments/", **params))
+    rows = client.deployments(project=args.project, archived=args.archived)
     if args.json:
         emit(args, rows)
     else:
-        print(table([_row(d) for d in rows], COLUMNS))
+        print(table([_row(d) for d in rows], archive_cli.columns(args, COLUMNS)))
     return 0
 
 
@@ -286,7 +281,9 @@ def add_parsers(sub) -> None:
     dsub = group.add_subparsers(dest="deployments_command", required=True)
     ls = dsub.add_parser("ls", help="list deployments")
     ls.add_argument("--project")
+    archive_cli.add_archived_flag(ls)
     ls.set_defaults(func=cmd_ls)
+    archive_cli.add_parsers(dsub, "deployment")
     for name, func, text in (
         ("show", cmd_show, "a deployment and its replicas"),
         ("events", cmd_events, "what happened to it (scaling decisions with their figures)"),

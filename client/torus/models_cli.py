@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
+from torus import archive_cli
 from torus.client import Client
 from torus.errors import TorusError
 from torus.output import emit, table
@@ -29,16 +30,13 @@ def _q(path: str) -> str:
     return quote(path, safe="/")
 
 
-def find_model(client: Client, name: str, *, project: str | None = None) -> dict:
-    params = {"name": name}
-    if project:
-        params["project"] = _project_id(client, project)
-    rows = client.request("GET", "/api/v1/models/", params=params)["results"]
-    if not rows:
+def find_model(
+    client: Client, name: str, *, project: str | None = None, archived: bool = False
+) -> dict:
+    model = client.find("model", name, project=project, archived=archived)
+    if model is None:
         raise TorusError(f"no model named {name!r}", status=404)
-    if len(rows) > 1:
-        raise TorusError(f"several models named {name!r}: say which project (--project)")
-    return rows[0]
+    return model
 
 
 def _project_id(client: Client, ref: str) -> str:
@@ -176,11 +174,11 @@ def register(
 
 
 def cmd_ls(client: Client, args) -> None:
-    params = {"project": _project_id(client, args.project)} if args.project else {}
-    rows = list(client.paginate("/api/v1/models/", **params))
+    rows = client.models(project=args.project, archived=args.archived)
     for row in rows:
         row["aliases"] = [f"{k}={v}" for k, v in sorted(row["aliases"].items())]
-    emit(args, rows, ["name", "project_slug", "latest_version", "aliases", "created_at"])
+    base = ["name", "project_slug", "latest_version", "aliases", "created_at"]
+    emit(args, rows, archive_cli.columns(args, base))
 
 
 def _metadata(args) -> dict:
@@ -337,7 +335,10 @@ def add_parsers(sub) -> None:
         parser.add_argument("--project", help="project slug or id (when names repeat)")
         return parser
 
-    with_project(msub.add_parser("ls", help="list models")).set_defaults(func=cmd_ls)
+    ls = with_project(msub.add_parser("ls", help="list models"))
+    archive_cli.add_archived_flag(ls)
+    ls.set_defaults(func=cmd_ls)
+    archive_cli.add_parsers(msub, "model")
 
     reg = with_project(msub.add_parser("register", help="register a new version"))
     reg.add_argument("name")
