@@ -148,9 +148,13 @@ RETIRED_PREFIX = "r-"  # a retired group's row: r-<gid> (t- and p- names never s
 def group_ensure(*, tenant: Tenant, project: Project | None = None) -> PosixGroup:
     """The tenant's (project=None) or the project's group.
 
-    A project's group is always new: a directory entry of the same name (an older project's,
-    whose gid may still own files) is never adopted but replaced with a fresh gid, and a row
-    of that name left without its project (an older project's, orphaned) is retired first."""
+    A group is never inherited: a row of the same name left without its project or tenant
+    (an older one's, orphaned) is retired first, which removes its directory entry; a
+    directory entry whose gid a row of this platform holds (retired, or another group's) is
+    replaced with a fresh gid. An entry whose gid no row holds is adopted with its number (a
+    database made afresh over the same directory: rows are never deleted, so no purge left
+    it; and a new gid under a cached name would keep its members' jobs out until the
+    clusters' group caches expire)."""
     kind = GroupKind.PROJECT if project else GroupKind.TENANT
     lookup = {"project": project} if project else {"tenant": tenant, "kind": kind}
     group = PosixGroup.objects.filter(**lookup).first()
@@ -162,16 +166,10 @@ def group_ensure(*, tenant: Tenant, project: Project | None = None) -> PosixGrou
     if stale is not None:
         group_retire(group=stale)
     found = directory().find_group(name)
-    adoptable = (
-        found is not None
-        and project is None
-        and stale is None
-        and not PosixGroup.objects.filter(gid=found.number).exists()
-    )
-    if adoptable:
-        gid = found.number  # a tenant's group made over the same directory is adopted
+    if found is not None and not PosixGroup.objects.filter(gid=found.number).exists():
+        gid = found.number
     else:
-        if found is not None:  # never handed to a new project: its gid may own old files
+        if found is not None:  # never handed over: its gid may still own an older one's files
             directory().remove_group(name=name)
         gid = _allocate("gid")
         directory().add_group(name=name, gid=gid)
