@@ -63,3 +63,35 @@ class Archivable(models.Model):
     @property
     def archived(self) -> bool:
         return self.archived_at is not None
+
+
+class PassFailure(models.Model):
+    """One item a periodic pass could not handle (apps/core/passes.py): open until the item
+    next succeeds or ends. `count` is the failures in a row; the pass's `PassCounter` keeps
+    the total."""
+
+    pass_name = models.CharField(max_length=64)
+    item_key = models.CharField(max_length=255)
+    error = models.TextField(blank=True, default="")
+    count = models.PositiveBigIntegerField(default=1)
+    first_at = models.DateTimeField()
+    last_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["pass_name", "item_key"], name="uniq_pass_failure")
+        ]
+        ordering = ["pass_name", "first_at"]
+
+    def __str__(self) -> str:
+        return f"{self.pass_name}:{self.item_key} x{self.count}"
+
+
+class PassCounter(models.Model):
+    """Every failure of a pass's items since the platform began (a counter: never goes down)."""
+
+    pass_name = models.CharField(max_length=64, unique=True)
+    failures = models.PositiveBigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.pass_name}: {self.failures}"

@@ -24,6 +24,7 @@ from elasticsearch import ApiError, TransportError, helpers
 from redis.exceptions import RedisError
 
 from apps.compute.backends.base import ClusterUnavailable
+from apps.core.passes import Pass
 from apps.jobs.models import ATTEMPT_ENDED, JobAttempt
 from apps.logs.es import client, index_name
 from apps.logs.index import template_install
@@ -39,6 +40,12 @@ from apps.secrets.mask import masker_for
 
 logger = logging.getLogger(__name__)
 STREAMS = ("stdout", "stderr")
+# The shipper's failures (apps/core/passes.py), one item per stream (attempt:stream): a stream
+# that cannot be read or shipped (its file unreadable, replaced by a directory) is PARKED: tried
+# again after PARK_SECONDS, doubled each failure up to PARK_MAX_SECONDS, from its stored offset
+# (nothing is lost); the other streams ship meanwhile.
+PASS = Pass("shipper")
+PARK_SECONDS, PARK_MAX_SECONDS = 1.0, 60.0
 
 
 @dataclass
@@ -300,12 +307,12 @@ def _advance(
     return True
 
 
-_unreadable: set = set()  # (attempt, stream) already reported, once per process
-
-
 def ship_pass(*, shards: ShardLeases | None = None) -> PassStats:
     stats = PassStats()
     for attempt, stream, cursor in _active_attempts(shards=shards):
+        key = f"{attempt.pk}:{stream}"
+        if PASS.parked(key=key, base_seconds=PARK_SECONDS, max_seconds=PARK_MAX_SECONDS):
+            continue
         try:
             for _ in range(settings.TORUS_SHIPPER_READS_PER_PASS):  # no stream starves others
                 shipped = ship_stream(attempt, stream, cursor=cursor)
@@ -316,18 +323,20 @@ def ship_pass(*, shards: ShardLeases | None = None) -> PassStats:
         except ClusterUnavailable as exc:  # its cluster's log source did not answer
             logger.warning("logs of attempt %s unavailable now: %s", attempt.pk, exc)
             continue
-        except OSError as exc:  # a file this shipper may not read: the others still ship
-            if (attempt.pk, stream) not in _unreadable:
-                _unreadable.add((attempt.pk, stream))
-                logger.error("cannot read the %s of attempt %s: %s", stream, attempt.pk, exc)
-            continue
-        except (IntegrityError, JobAttempt.DoesNotExist):
+        except (ApiError, TransportError, helpers.BulkIndexError):
+            raise  # Elasticsearch's trouble, not the stream's: the loop waits and retries
+        except (IntegrityError, JobAttempt.DoesNotExist) as exc:
             # its job was deleted while we shipped it (its cursor or metric rows cannot be
-            # written): nothing is left to ship; anything else is a real error
+            # written): nothing is left to ship; anything else parks the stream
             if JobAttempt.objects.filter(pk=attempt.pk).exists():
-                raise
-            logger.info("attempt %s was deleted while its logs were shipped", attempt.pk)
+                PASS.failed(key=key, error=exc)
+            else:
+                logger.info("attempt %s was deleted while its logs were shipped", attempt.pk)
             continue
+        except Exception as exc:  # a file this shipper may not read: parked, the others ship
+            PASS.failed(key=key, error=exc)
+            continue
+        PASS.succeeded(key=key)
         stats.streams += 1
     return stats
 
