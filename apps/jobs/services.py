@@ -319,6 +319,17 @@ def job_cancel_locked(*, job: Job, reason: str) -> bool:
     return on_backend
 
 
+def project_jobs_stop(*, thing: Project, reason: str) -> None:
+    """An archived project's unfinished jobs are cancelled (their quota freed), inside the
+    archive's transaction; the backend is told once it commits."""
+    from apps.jobs.tasks import cancel_backend_jobs
+
+    jobs = Job.objects.select_for_update().filter(project=thing, cancel_requested=False)
+    for job in jobs.exclude(state__in=TERMINAL):
+        if job_cancel_locked(job=job, reason=reason):
+            transaction.on_commit(lambda pk=job.pk: cancel_backend_jobs.delay(str(pk)))
+
+
 def job_restart(*, actor: Actor, job: Job) -> Job:
     """Run a finished job again (from its latest checkpoint), through admission."""
     from apps.jobs.admission import admit_tenant  # admission imports this module

@@ -341,6 +341,31 @@ def deployment_delete(*, actor: Actor, deployment: Deployment) -> None:
         routes.publish_on_commit(deployment_id=deployment_id)
 
 
+def deployment_stop(*, thing: Deployment, reason: str) -> None:
+    """An archived deployment (or one of an archived project or model): no replica wanted, its
+    replicas' jobs cancelled, the gateway told; inside the archive's transaction."""
+    from apps.serving.replicas import replica_cancel
+
+    deployment = Deployment.objects.select_for_update().get(pk=thing.pk)
+    for replica in deployment.replicas.exclude(state=ReplicaState.STOPPED):
+        replica_cancel(replica=replica)
+    deployment.replicas_desired = 0
+    deployment.state, deployment.state_reason = DeploymentState.STOPPED, reason
+    deployment.save(update_fields=["replicas_desired", "state", "state_reason", "updated_at"])
+    event_record(deployment=deployment, kind=EventKind.STOPPED, message=reason, data={})
+    routes.publish_on_commit(deployment_id=deployment.pk)
+
+
+def deployment_revive(*, thing: Deployment) -> None:
+    """A restored deployment is wanted again at its minimum (none: idle, woken by a request)."""
+    deployment = Deployment.objects.select_for_update().get(pk=thing.pk)
+    deployment.replicas_desired = deployment.replicas_min
+    deployment.state = DeploymentState.PENDING if deployment.replicas_min else DeploymentState.IDLE
+    deployment.state_reason = "restored"
+    deployment.save(update_fields=["replicas_desired", "state", "state_reason", "updated_at"])
+    routes.publish_on_commit(deployment_id=deployment.pk)
+
+
 def wake(*, deployment_id) -> None:
     """A request came and no replica is READY: if the deployment is scaled to zero, want one
     replica again (idempotent: one already wanted is being started or replaced by the

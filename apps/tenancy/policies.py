@@ -31,6 +31,8 @@ MATRIX: dict[tuple[str, str], Role] = {
     ("project", "create"): Role.ADMIN,
     ("project", "update"): Role.ADMIN,
     ("project", "delete"): Role.ADMIN,
+    ("project", "archive"): Role.ADMIN,
+    ("project", "restore"): Role.ADMIN,
     ("project-member", "read"): Role.VIEWER,
     ("project-member", "create"): Role.ADMIN,
     ("project-member", "delete"): Role.ADMIN,
@@ -63,6 +65,8 @@ MATRIX: dict[tuple[str, str], Role] = {
     ("dataset", "commit"): Role.MEMBER,
     ("dataset", "update"): Role.MEMBER,
     ("dataset", "delete"): Role.ADMIN,
+    ("dataset", "archive"): Role.ADMIN,
+    ("dataset", "restore"): Role.ADMIN,
     ("logs", "search"): Role.VIEWER,
     ("logs", "context"): Role.VIEWER,
     ("failure-signature", "read"): Role.VIEWER,
@@ -80,6 +84,8 @@ MATRIX: dict[tuple[str, str], Role] = {
     ("model", "alias"): Role.MEMBER,
     ("model", "stage"): Role.MEMBER,
     ("model", "delete"): Role.ADMIN,
+    ("model", "archive"): Role.ADMIN,
+    ("model", "restore"): Role.ADMIN,
     ("lineage", "read"): Role.VIEWER,
     ("webhook", "read"): Role.ADMIN,
     ("webhook", "create"): Role.ADMIN,
@@ -91,6 +97,8 @@ MATRIX: dict[tuple[str, str], Role] = {
     ("deployment", "create"): Role.MEMBER,
     ("deployment", "update"): Role.MEMBER,
     ("deployment", "delete"): Role.MEMBER,
+    ("deployment", "archive"): Role.MEMBER,
+    ("deployment", "restore"): Role.ADMIN,
     ("deployment", "keys"): Role.MEMBER,
     # Project secrets (docs/security.md, Job secrets): everyone lists the names; members set
     # and delete them in their projects (the rule below). No role ever reads a value.
@@ -191,6 +199,7 @@ def works_in_models_project(actor: Actor, target) -> bool:
     ("deployment", "create"),
     ("deployment", "update"),
     ("deployment", "delete"),
+    ("deployment", "archive"),
     ("deployment", "keys"),
     message="You need to be a member of the deployment's project to change it.",
 )

@@ -24,8 +24,13 @@ from rest_framework.exceptions import ValidationError as BodyError
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 
 from apps.core.actor import Actor
+from apps.core.exceptions import Conflict
 from apps.tenancy import policies
 from apps.tenancy.access import actor_for
+from apps.tenancy.lifecycle import archived_refusal
+
+# Writes an archived thing still takes: its own archive (409 from the service) and restore.
+LIFECYCLE_ACTIONS = frozenset({"archive", "restore"})
 
 # DRF's own actions -> the matrix action.
 CRUD_ACTIONS = {
@@ -97,6 +102,7 @@ class MatrixPermission(BasePermission):
                     tenant_id=target.tenant_id_value,
                     target=target,
                 )
+            archived_scopes_refuse(view, request, view.write_scopes)
             return True
         policies.authorize_any(actor, resource=resource, action=action)
         return True
@@ -112,7 +118,29 @@ class MatrixPermission(BasePermission):
             tenant_id=obj.tenant_id_value,
             target=obj,
         )
+        if action not in policies.READ_ACTIONS and action not in LIFECYCLE_ACTIONS:
+            refusal = archived_refusal(obj)
+            if refusal:
+                raise Conflict(refusal)
         return True
+
+
+def archived_scopes_refuse(view, request, scopes: list) -> None:
+    """Nothing is created in an archived tenant or project: 400 at the field that names it
+    (per item of a batch)."""
+    refusals = {str(scope.pk): archived_refusal(scope) for scope in scopes}
+    if not any(refusals.values()):
+        return
+    field = getattr(view, "scope_field", "tenant")
+    items_key = getattr(view, "scope_items", None)
+    if not items_key:
+        raise BodyError({field: [next(r for r in refusals.values() if r)]})
+    errors = {}
+    for index, item in enumerate(request.data[items_key]):
+        refusal = refusals.get(str(uuid.UUID(str(item.get(field)))))
+        if refusal:
+            errors[str(index)] = {field: [refusal]}
+    raise BodyError({items_key: errors})
 
 
 def write_scopes(view, request, actor: Actor) -> list:

@@ -36,6 +36,7 @@ class DatasetSerializer(serializers.ModelSerializer):
             "latest_version",
             "created_at",
             "updated_at",
+            "archived_at",
         ]
         read_only_fields = fields
 

@@ -48,6 +48,7 @@ from apps.datasets.models import Dataset, DatasetFile, DatasetVersion, VersionSt
 from apps.datasets.paths import file_path_problem
 from apps.datasets.storage import storage_for
 from apps.datasets.storage.base import Sealed, StorageError
+from apps.tenancy.api.lifecycle import LifecycleMixin
 
 # an upload's body is taken in pieces of this size (fewer hand-offs between threads)
 UPLOAD_READ_BYTES = 4 * 1024 * 1024
@@ -90,6 +91,7 @@ def _attachment(name: str) -> str:
 
 
 class DatasetViewSet(
+    LifecycleMixin,
     CodedConflictMixin,
     PatchOnlyMixin,
     mixins.ListModelMixin,
@@ -129,6 +131,7 @@ class DatasetViewSet(
 
     def destroy(self, request, *args, **kwargs):
         dataset = self.get_object()
+        self.destroy_checked(dataset)  # a dataset with versions is archived instead
         for kind in set(dataset.versions.values_list("storage_kind", flat=True)):
             storage_for(kind).delete(prefix=dataset.storage_prefix)
         dataset.delete()

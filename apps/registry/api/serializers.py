@@ -15,6 +15,7 @@ from apps.core.api.serializers import (
     StrictModelSerializer,
     StrictSerializer,
 )
+from apps.core.jsonsafe import renderable
 from apps.registry.models import (
     ModelAlias,
     ModelFile,
@@ -44,6 +45,9 @@ class RegisteredModelSerializer(StrictModelSerializer):
     )
     aliases = serializers.SerializerMethodField()
     created_by = serializers.CharField(source="created_by.username", read_only=True, default=None)
+    archived_at = serializers.DateTimeField(
+        read_only=True, allow_null=True, help_text="Set while archived."
+    )
 
     class Meta:
         model = RegisteredModel
@@ -60,6 +64,7 @@ class RegisteredModelSerializer(StrictModelSerializer):
             "created_by",
             "created_at",
             "updated_at",
+            "archived_at",
         ]
         read_only_fields = ["id", "created_at", "updated_at"]
         validators = []
@@ -185,7 +190,10 @@ class ModelVersionSerializer(serializers.ModelSerializer):
         the query behind a page of 50 versions. A listing leaves out HEAVY."""
         row = self._row(obj)
         if self.context.get("full") is not False:  # (deferred in a listing: not read)
-            row.update(card=obj.card, metrics=obj.metrics, params=obj.params)
+            # rows from before the bounds may hold numbers JSON cannot write back
+            row.update(
+                card=obj.card, metrics=renderable(obj.metrics), params=renderable(obj.params)
+            )
         return row
 
     def _row(self, obj) -> dict:
@@ -199,7 +207,7 @@ class ModelVersionSerializer(serializers.ModelSerializer):
             "storage": obj.storage,
             "framework": obj.framework,
             "description": obj.description,
-            "tags": obj.tags,
+            "tags": renderable(obj.tags),
             "aliases": self.get_aliases(obj),
             "source_job": str(obj.source_job_id) if obj.source_job_id else None,
             "source_attempt": str(obj.source_attempt_id) if obj.source_attempt_id else None,

@@ -42,6 +42,7 @@ from apps.registry.api.serializers import (
 )
 from apps.registry.models import ModelVersion, RegisteredModel, VersionState, Webhook
 from apps.tenancy.access import actor_for
+from apps.tenancy.api.lifecycle import LifecycleMixin
 
 VERSION = r"versions/(?P<number>[0-9]{1,9})"
 WEBHOOK_EVENTS = {"versions", "commit", "alias"}  # actions that may tell the webhooks
@@ -108,7 +109,11 @@ def _model_rows(action: str | None, method: str):
 
 
 class RegisteredModelViewSet(
-    PatchOnlyMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet
+    LifecycleMixin,
+    PatchOnlyMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    TenantScopedViewSet,
 ):
     """Models of a project and everything below them. Version routes are actions on the
     model: the model is the object the role matrix and the project rule are checked on."""
@@ -148,7 +153,9 @@ class RegisteredModelViewSet(
         return Response(RegisteredModelSerializer(model).data)
 
     def destroy(self, request, *args, **kwargs):
-        services.model_delete(actor=self.actor, model=self.get_object())
+        model = self.get_object()
+        self.destroy_checked(model)  # a model with versions is archived instead
+        services.model_delete(actor=self.actor, model=model)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     # -- versions -------------------------------------------------------------------------------

@@ -309,6 +309,7 @@ class DeploymentSerializer(serializers.ModelSerializer):
             "created_by",
             "created_at",
             "updated_at",
+            "archived_at",
         ]
         read_only_fields = fields
 

@@ -23,10 +23,15 @@ from apps.serving.api.serializers import (
     ReplicaSerializer,
 )
 from apps.serving.models import Deployment
+from apps.tenancy.api.lifecycle import LifecycleMixin
 
 
 class DeploymentViewSet(
-    PatchOnlyMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet
+    LifecycleMixin,
+    PatchOnlyMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    TenantScopedViewSet,
 ):
     resource = "deployment"
     scope_field = "project"
@@ -41,7 +46,7 @@ class DeploymentViewSet(
             rows = DeploymentSerializer.with_counts(rows)
         return rows
 
-    def _shown(self, deployment: Deployment) -> dict:
+    def shown(self, deployment: Deployment) -> dict:
         rows = DeploymentSerializer.with_counts(self.queryset.filter(pk=deployment.pk))
         return DeploymentSerializer(rows.get()).data
 
@@ -63,7 +68,7 @@ class DeploymentViewSet(
         deployment = services.deployment_create(
             actor=self.actor, project=self.write_scope, data=data
         )
-        return Response(self._shown(deployment), status=status.HTTP_201_CREATED)
+        return Response(self.shown(deployment), status=status.HTTP_201_CREATED)
 
     @extend_schema(request=DeploymentUpdateSerializer, responses=DeploymentSerializer)
     def partial_update(self, request, *args, **kwargs):
@@ -73,10 +78,12 @@ class DeploymentViewSet(
         deployment = services.deployment_update(
             actor=self.actor, deployment=deployment, data=serializer.validated_data
         )
-        return Response(self._shown(deployment))
+        return Response(self.shown(deployment))
 
     def destroy(self, request, *args, **kwargs):
-        services.deployment_delete(actor=self.actor, deployment=self.get_object())
+        deployment = self.get_object()
+        self.destroy_checked(deployment)  # one that ran replicas is archived instead
+        services.deployment_delete(actor=self.actor, deployment=deployment)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(responses=DeploymentEventSerializer(many=True))

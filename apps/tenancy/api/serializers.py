@@ -159,6 +159,9 @@ class ProjectSerializer(StrictModelSerializer):
         allow_null=True,
         help_text="Set with PATCH; null: the tenant's.",
     )
+    archived_at = serializers.DateTimeField(
+        read_only=True, allow_null=True, help_text="Set while archived."
+    )
 
     class Meta:
         model = Project
@@ -172,6 +175,7 @@ class ProjectSerializer(StrictModelSerializer):
             "default_cluster",
             "created_at",
             "updated_at",
+            "archived_at",
         ]
         read_only_fields = ["id", "tenant_id", "created_at", "updated_at"]
         extra_kwargs = {"slug": {"validators": []}}

@@ -15,6 +15,7 @@ from apps.core.api.views import PatchOnlyMixin, TenantScopedViewSet
 from apps.tenancy import services
 from apps.tenancy.access import actor_for_user, client_ip
 from apps.tenancy.api import filters
+from apps.tenancy.api.lifecycle import LifecycleMixin
 from apps.tenancy.api.serializers import (
     AccessTokenCreatedSerializer,
     AccessTokenSerializer,
@@ -149,7 +150,7 @@ class InvitationViewSet(_ReadMixin, TenantScopedViewSet):
         )
 
 
-class ProjectViewSet(PatchOnlyMixin, _ReadMixin, TenantScopedViewSet):
+class ProjectViewSet(LifecycleMixin, PatchOnlyMixin, _ReadMixin, TenantScopedViewSet):
     resource = "project"
     queryset = Project.objects.all()
     serializer_class = ProjectSerializer
@@ -177,7 +178,11 @@ class ProjectViewSet(PatchOnlyMixin, _ReadMixin, TenantScopedViewSet):
         return Response(self.get_serializer(project).data)
 
     def destroy(self, request, *args, **kwargs):
-        services.project_delete(actor=self.actor, project=self.get_object(), ip=self.ip)
+        """Delete a project with no history (409: one with jobs, datasets, models or
+        deployments is archived instead)."""
+        project = self.get_object()
+        self.destroy_checked(project)
+        services.project_delete(actor=self.actor, project=project, ip=self.ip)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
