@@ -467,7 +467,7 @@ const scenarios = {
     check((await viewer.getByTestId("deploy-button").count()) === 0, "a viewer sees Deploy");
     await viewer.getByRole("link", { name: params.name }).click();
     await viewer.getByTestId("replica-job").first().waitFor();
-    for (const id of ["scale-button", "version-button", "delete-button"])
+    for (const id of ["scale-button", "version-button", `archive-${params.name}`])
       check((await viewer.getByTestId(id).count()) === 0, `a viewer sees ${id}`);
     await visit(viewer, "deployment-viewer", "en");
     await viewer.getByRole("tab", { name: "Keys" }).click();

@@ -331,6 +331,20 @@ const en = {
   "submit.secrets": "Secrets",
   "submit.secretsHelp": "The project's secrets the job gets as environment variables of the same name (secrets: in the YAML). Their values never show in the job.",
   "submit.envHelp": "Not secret: everyone who can see the job sees these values. Use Secrets for tokens and keys.",
+  "archive.action": "Archive",
+  "archive.restore": "Restore",
+  "archive.badge": "Archived",
+  "archive.show": "Show archived",
+  "archive.title": "Archive {name}?",
+  "archive.project": "The project becomes read-only and hidden from lists: its running and waiting jobs are cancelled, its deployments archived with it, its quota freed. Nothing is deleted; an admin can restore it.",
+  "archive.dataset": "The dataset becomes read-only (no new versions) and hidden from lists. Nothing is deleted; an admin can restore it.",
+  "archive.model": "The model becomes read-only and hidden from lists; its deployments are archived with it. Nothing is deleted; an admin can restore it.",
+  "archive.deployment": "The deployment's replicas are stopped and it is hidden from lists. Nothing is deleted; an admin can restore it.",
+  "archive.typeName": "Type {name} to confirm",
+  "archive.done": "Archived {name}",
+  "archive.restored": "Restored {name}",
+  "archive.since": "Archived at {at}",
+  "archive.empty": "Nothing archived here.",
 } as const;
 
 export type Key = keyof typeof en;
@@ -661,6 +675,20 @@ const zh: Record<Key, string> = {
   "submit.secrets": "机密",
   "submit.secretsHelp": "作业以同名环境变量获得的项目机密（YAML 中的 secrets:）。其值不会出现在作业中。",
   "submit.envHelp": "非机密：能查看此作业的人都能看到这些值。令牌和密钥请使用机密。",
+  "archive.action": "归档",
+  "archive.restore": "恢复",
+  "archive.badge": "已归档",
+  "archive.show": "显示已归档",
+  "archive.title": "归档 {name}？",
+  "archive.project": "项目将变为只读并从列表中隐藏：其运行中和等待中的作业会被取消，其部署一并归档，其配额被释放。不会删除任何内容；管理员可以恢复。",
+  "archive.dataset": "数据集将变为只读（不能再添加版本）并从列表中隐藏。不会删除任何内容；管理员可以恢复。",
+  "archive.model": "模型将变为只读并从列表中隐藏；其部署一并归档。不会删除任何内容；管理员可以恢复。",
+  "archive.deployment": "部署的副本将被停止，并从列表中隐藏。不会删除任何内容；管理员可以恢复。",
+  "archive.typeName": "输入 {name} 以确认",
+  "archive.done": "已归档 {name}",
+  "archive.restored": "已恢复 {name}",
+  "archive.since": "归档于 {at}",
+  "archive.empty": "这里没有已归档的内容。",
 };
 
 export const dictionaries: Record<Lang, Record<Key, string>> = { en, zh };

@@ -177,14 +177,14 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * @description 409s that carry a code clients act on (offset_mismatch, uploads_pending,
-         *     storage_quota_exceeded, ...) and, for offsets, where to continue.
+         * @description For a TenantScopedViewSet of an Archivable model. `shown(thing)` renders the answer.
+         *     (The methods' names leave `archive` to views that have one: a model version's download.)
          */
         get: operations["v1_datasets_list"];
         put?: never;
         /**
-         * @description 409s that carry a code clients act on (offset_mismatch, uploads_pending,
-         *     storage_quota_exceeded, ...) and, for offsets, where to continue.
+         * @description For a TenantScopedViewSet of an Archivable model. `shown(thing)` renders the answer.
+         *     (The methods' names leave `archive` to views that have one: a model version's download.)
          */
         post: operations["v1_datasets_create"];
         delete?: never;
@@ -373,24 +373,44 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * @description 409s that carry a code clients act on (offset_mismatch, uploads_pending,
-         *     storage_quota_exceeded, ...) and, for offsets, where to continue.
+         * @description For a TenantScopedViewSet of an Archivable model. `shown(thing)` renders the answer.
+         *     (The methods' names leave `archive` to views that have one: a model version's download.)
          */
         get: operations["v1_datasets_retrieve"];
         put?: never;
         post?: never;
         /**
-         * @description 409s that carry a code clients act on (offset_mismatch, uploads_pending,
-         *     storage_quota_exceeded, ...) and, for offsets, where to continue.
+         * @description For a TenantScopedViewSet of an Archivable model. `shown(thing)` renders the answer.
+         *     (The methods' names leave `archive` to views that have one: a model version's download.)
          */
         delete: operations["v1_datasets_destroy"];
         options?: never;
         head?: never;
         /**
-         * @description 409s that carry a code clients act on (offset_mismatch, uploads_pending,
-         *     storage_quota_exceeded, ...) and, for offsets, where to continue.
+         * @description For a TenantScopedViewSet of an Archivable model. `shown(thing)` renders the answer.
+         *     (The methods' names leave `archive` to views that have one: a model version's download.)
          */
         patch: operations["v1_datasets_partial_update"];
+        trace?: never;
+    };
+    "/api/v1/datasets/{id}/archive/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * @description Archive it (read-only, hidden from lists, its running work stopped); type its name
+         *     in `confirm`. An admin restores it until an operator purges it.
+         */
+        post: operations["v1_datasets_archive_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
         trace?: never;
     };
     "/api/v1/datasets/{id}/compare/": {
@@ -410,6 +430,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/datasets/{id}/restore/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description Restore an archived one (409 if it is not archived, or is being or was purged). */
+        post: operations["v1_datasets_restore_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/deployments/": {
         parameters: {
             query?: never;
@@ -417,7 +454,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** @description PUT behaves as PATCH (and stays out of the schema): resources are edited field by field. */
+        /**
+         * @description For a TenantScopedViewSet of an Archivable model. `shown(thing)` renders the answer.
+         *     (The methods' names leave `archive` to views that have one: a model version's download.)
+         */
         get: operations["v1_deployments_list"];
         put?: never;
         /**
@@ -438,16 +478,45 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** @description PUT behaves as PATCH (and stays out of the schema): resources are edited field by field. */
+        /**
+         * @description For a TenantScopedViewSet of an Archivable model. `shown(thing)` renders the answer.
+         *     (The methods' names leave `archive` to views that have one: a model version's download.)
+         */
         get: operations["v1_deployments_retrieve"];
         put?: never;
         post?: never;
-        /** @description PUT behaves as PATCH (and stays out of the schema): resources are edited field by field. */
+        /**
+         * @description For a TenantScopedViewSet of an Archivable model. `shown(thing)` renders the answer.
+         *     (The methods' names leave `archive` to views that have one: a model version's download.)
+         */
         delete: operations["v1_deployments_destroy"];
         options?: never;
         head?: never;
-        /** @description PUT behaves as PATCH (and stays out of the schema): resources are edited field by field. */
+        /**
+         * @description For a TenantScopedViewSet of an Archivable model. `shown(thing)` renders the answer.
+         *     (The methods' names leave `archive` to views that have one: a model version's download.)
+         */
         patch: operations["v1_deployments_partial_update"];
+        trace?: never;
+    };
+    "/api/v1/deployments/{id}/archive/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * @description Archive it (read-only, hidden from lists, its running work stopped); type its name
+         *     in `confirm`. An admin restores it until an operator purges it.
+         */
+        post: operations["v1_deployments_archive_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
         trace?: never;
     };
     "/api/v1/deployments/{id}/events/": {
@@ -519,6 +588,23 @@ export interface paths {
         get: operations["v1_deployments_replicas_list"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/deployments/{id}/restore/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description Restore an archived one (409 if it is not archived, or is being or was purged). */
+        post: operations["v1_deployments_restore_create"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1012,6 +1098,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/models/{id}/archive/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * @description Archive it (read-only, hidden from lists, its running work stopped); type its name
+         *     in `confirm`. An admin restores it until an operator purges it.
+         */
+        post: operations["v1_models_archive_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/models/{id}/compare/": {
         parameters: {
             query?: never;
@@ -1023,6 +1129,23 @@ export interface paths {
         get: operations["v1_models_compare_retrieve"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/models/{id}/restore/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description Restore an archived one (409 if it is not archived, or is being or was purged). */
+        post: operations["v1_models_restore_create"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1282,10 +1405,16 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** @description PUT behaves as PATCH (and stays out of the schema): resources are edited field by field. */
+        /**
+         * @description For a TenantScopedViewSet of an Archivable model. `shown(thing)` renders the answer.
+         *     (The methods' names leave `archive` to views that have one: a model version's download.)
+         */
         get: operations["v1_projects_list"];
         put?: never;
-        /** @description PUT behaves as PATCH (and stays out of the schema): resources are edited field by field. */
+        /**
+         * @description For a TenantScopedViewSet of an Archivable model. `shown(thing)` renders the answer.
+         *     (The methods' names leave `archive` to views that have one: a model version's download.)
+         */
         post: operations["v1_projects_create"];
         delete?: never;
         options?: never;
@@ -1300,16 +1429,62 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** @description PUT behaves as PATCH (and stays out of the schema): resources are edited field by field. */
+        /**
+         * @description For a TenantScopedViewSet of an Archivable model. `shown(thing)` renders the answer.
+         *     (The methods' names leave `archive` to views that have one: a model version's download.)
+         */
         get: operations["v1_projects_retrieve"];
         put?: never;
         post?: never;
-        /** @description PUT behaves as PATCH (and stays out of the schema): resources are edited field by field. */
+        /**
+         * @description Delete a project with no history (409: one with jobs, datasets, models or
+         *     deployments is archived instead).
+         */
         delete: operations["v1_projects_destroy"];
         options?: never;
         head?: never;
-        /** @description PUT behaves as PATCH (and stays out of the schema): resources are edited field by field. */
+        /**
+         * @description For a TenantScopedViewSet of an Archivable model. `shown(thing)` renders the answer.
+         *     (The methods' names leave `archive` to views that have one: a model version's download.)
+         */
         patch: operations["v1_projects_partial_update"];
+        trace?: never;
+    };
+    "/api/v1/projects/{id}/archive/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * @description Archive it (read-only, hidden from lists, its running work stopped); type its name
+         *     in `confirm`. An admin restores it until an operator purges it.
+         */
+        post: operations["v1_projects_archive_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/projects/{id}/restore/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description Restore an archived one (409 if it is not archived, or is being or was purged). */
+        post: operations["v1_projects_restore_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
         trace?: never;
     };
     "/api/v1/projects/{id}/secrets/": {
@@ -1645,6 +1820,10 @@ export interface components {
         AliasSetRequest: {
             version: number;
         };
+        ArchiveRequest: {
+            /** @description The slug (a project) or name (the others), typed to confirm. */
+            confirm: string;
+        };
         AttemptDatasetVersion: {
             /** Format: uuid */
             readonly id: string;
@@ -1733,6 +1912,8 @@ export interface components {
             readonly created_at: string;
             /** Format: date-time */
             readonly updated_at: string;
+            /** Format: date-time */
+            readonly archived_at: string | null;
         };
         DatasetCompare: {
             a: number;
@@ -1858,6 +2039,8 @@ export interface components {
             readonly created_at: string;
             /** Format: date-time */
             readonly updated_at: string;
+            /** Format: date-time */
+            readonly archived_at: string | null;
         };
         /** @description Fields a create and an update share. */
         DeploymentCreateRequest: {
@@ -3103,7 +3286,7 @@ export interface components {
             description?: string;
             card?: string;
             tags?: {
-                [key: string]: unknown;
+                [key: string]: string;
             };
         };
         PatchedWebhookRequest: {
@@ -3135,6 +3318,11 @@ export interface components {
             readonly created_at: string;
             /** Format: date-time */
             readonly updated_at: string;
+            /**
+             * Format: date-time
+             * @description Set while archived.
+             */
+            readonly archived_at: string | null;
         };
         ProjectMember: {
             /** Format: uuid */
@@ -3215,7 +3403,9 @@ export interface components {
             readonly project_slug: string;
             name: string;
             description?: string;
-            tags?: unknown;
+            tags?: {
+                [key: string]: string;
+            };
             readonly latest_version: number;
             readonly aliases: {
                 [key: string]: number;
@@ -3225,13 +3415,20 @@ export interface components {
             readonly created_at: string;
             /** Format: date-time */
             readonly updated_at: string;
+            /**
+             * Format: date-time
+             * @description Set while archived.
+             */
+            readonly archived_at: string | null;
         };
         RegisteredModelRequest: {
             /** Format: uuid */
             project: string;
             name: string;
             description?: string;
-            tags?: unknown;
+            tags?: {
+                [key: string]: string;
+            };
         };
         Replica: {
             /** Format: uuid */
@@ -3476,13 +3673,13 @@ export interface components {
             /** @description Markdown */
             card?: string;
             metrics?: {
-                [key: string]: unknown;
+                [key: string]: number;
             };
             params?: {
-                [key: string]: unknown;
+                [key: string]: string | number | boolean;
             };
             tags?: {
-                [key: string]: unknown;
+                [key: string]: string;
             };
             /** @description UUIDs or "<dataset>:<number>" */
             dataset_versions?: string[];
@@ -4572,6 +4769,8 @@ export interface operations {
     v1_datasets_list: {
         parameters: {
             query?: {
+                /** @description true: only archived ones (or those in an archived project); false (the default): only live ones. */
+                archived?: boolean;
                 /** @description The pagination cursor value. */
                 cursor?: string;
                 name?: string;
@@ -6477,6 +6676,113 @@ export interface operations {
             };
         };
     };
+    v1_datasets_archive_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A UUID string identifying this dataset. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ArchiveRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Dataset"];
+                };
+            };
+            /** @description Invalid input; `fields` names each bad field and why. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Authenticated but not allowed. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found (or not visible to this tenant). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Method not allowed. */
+            405: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Conflict with the current state. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Request body too large. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Too many requests; see Retry-After. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Internal server error. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
     v1_datasets_compare_retrieve: {
         parameters: {
             query: {
@@ -6583,9 +6889,114 @@ export interface operations {
             };
         };
     };
+    v1_datasets_restore_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A UUID string identifying this dataset. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Dataset"];
+                };
+            };
+            /** @description Invalid input; `fields` names each bad field and why. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Authenticated but not allowed. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found (or not visible to this tenant). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Method not allowed. */
+            405: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Conflict with the current state. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Request body too large. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Too many requests; see Retry-After. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Internal server error. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
     v1_deployments_list: {
         parameters: {
             query?: {
+                /** @description true: only archived ones (or those in an archived project); false (the default): only live ones. */
+                archived?: boolean;
                 /** @description The pagination cursor value. */
                 cursor?: string;
                 name?: string;
@@ -7034,6 +7445,113 @@ export interface operations {
         requestBody?: {
             content: {
                 "application/json": components["schemas"]["PatchedDeploymentUpdateRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Deployment"];
+                };
+            };
+            /** @description Invalid input; `fields` names each bad field and why. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Authenticated but not allowed. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found (or not visible to this tenant). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Method not allowed. */
+            405: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Conflict with the current state. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Request body too large. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Too many requests; see Retry-After. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Internal server error. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    v1_deployments_archive_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A UUID string identifying this deployment. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ArchiveRequest"];
             };
         };
         responses: {
@@ -7593,6 +8111,109 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["PaginatedReplicaList"];
+                };
+            };
+            /** @description Invalid input; `fields` names each bad field and why. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Authenticated but not allowed. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found (or not visible to this tenant). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Method not allowed. */
+            405: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Conflict with the current state. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Request body too large. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Too many requests; see Retry-After. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Internal server error. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    v1_deployments_restore_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A UUID string identifying this deployment. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Deployment"];
                 };
             };
             /** @description Invalid input; `fields` names each bad field and why. */
@@ -9051,6 +9672,8 @@ export interface operations {
     v1_jobs_list: {
         parameters: {
             query?: {
+                /** @description true: only archived ones (or those in an archived project); false (the default): only live ones. */
+                archived?: boolean;
                 /** @description The pagination cursor value. */
                 cursor?: string;
                 kind?: string;
@@ -10793,6 +11416,8 @@ export interface operations {
     v1_models_list: {
         parameters: {
             query?: {
+                /** @description true: only archived ones (or those in an archived project); false (the default): only live ones. */
+                archived?: boolean;
                 /** @description The pagination cursor value. */
                 cursor?: string;
                 name?: string;
@@ -11738,6 +12363,115 @@ export interface operations {
             };
         };
     };
+    v1_models_archive_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A UUID string identifying this registered model. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ArchiveRequest"];
+                "multipart/form-data": components["schemas"]["ArchiveRequest"];
+                "application/octet-stream": components["schemas"]["ArchiveRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RegisteredModel"];
+                };
+            };
+            /** @description Invalid input; `fields` names each bad field and why. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Authenticated but not allowed. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found (or not visible to this tenant). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Method not allowed. */
+            405: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Conflict with the current state. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Request body too large. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Too many requests; see Retry-After. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Internal server error. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
     v1_models_compare_retrieve: {
         parameters: {
             query: {
@@ -11761,6 +12495,109 @@ export interface operations {
                     "application/json": {
                         [key: string]: unknown;
                     };
+                };
+            };
+            /** @description Invalid input; `fields` names each bad field and why. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Authenticated but not allowed. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found (or not visible to this tenant). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Method not allowed. */
+            405: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Conflict with the current state. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Request body too large. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Too many requests; see Retry-After. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Internal server error. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    v1_models_restore_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A UUID string identifying this registered model. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RegisteredModel"];
                 };
             };
             /** @description Invalid input; `fields` names each bad field and why. */
@@ -13342,6 +14179,8 @@ export interface operations {
     v1_project_members_list: {
         parameters: {
             query?: {
+                /** @description true: only archived ones (or those in an archived project); false (the default): only live ones. */
+                archived?: boolean;
                 /** @description The pagination cursor value. */
                 cursor?: string;
                 /** @description Which field to use when ordering the results. */
@@ -13762,6 +14601,8 @@ export interface operations {
     v1_projects_list: {
         parameters: {
             query?: {
+                /** @description true: only archived ones (or those in an archived project); false (the default): only live ones. */
+                archived?: boolean;
                 /** @description The pagination cursor value. */
                 cursor?: string;
                 name?: string;
@@ -14286,6 +15127,216 @@ export interface operations {
             };
         };
     };
+    v1_projects_archive_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A UUID string identifying this project. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ArchiveRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Project"];
+                };
+            };
+            /** @description Invalid input; `fields` names each bad field and why. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Authenticated but not allowed. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found (or not visible to this tenant). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Method not allowed. */
+            405: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Conflict with the current state. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Request body too large. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Too many requests; see Retry-After. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Internal server error. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    v1_projects_restore_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A UUID string identifying this project. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Project"];
+                };
+            };
+            /** @description Invalid input; `fields` names each bad field and why. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Authenticated but not allowed. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found (or not visible to this tenant). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Method not allowed. */
+            405: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Conflict with the current state. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Request body too large. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Too many requests; see Retry-After. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Internal server error. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
     v1_projects_secrets_list: {
         parameters: {
             query?: {
@@ -14618,6 +15669,8 @@ export interface operations {
     v1_quotas_list: {
         parameters: {
             query?: {
+                /** @description true: only archived ones (or those in an archived project); false (the default): only live ones. */
+                archived?: boolean;
                 /** @description The pagination cursor value. */
                 cursor?: string;
                 /** @description Which field to use when ordering the results. */
@@ -15142,6 +16195,8 @@ export interface operations {
     v1_tenants_list: {
         parameters: {
             query?: {
+                /** @description true: only archived ones (or those in an archived project); false (the default): only live ones. */
+                archived?: boolean;
                 /** @description The pagination cursor value. */
                 cursor?: string;
                 /** @description Which field to use when ordering the results. */

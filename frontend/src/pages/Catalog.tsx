@@ -12,6 +12,7 @@ import { api, unwrap, type Schemas } from "../api/client";
 import { useI18n, type Key } from "../i18n";
 import { useSession } from "../session";
 import { EmptyState, ErrorState, fmtTime } from "../components/common";
+import { ArchiveButton, NameWithBadge, RestoreButton, ShowArchived, useMayArchive } from "../components/Archive";
 
 const size = (n: number) =>
   n >= 1e9 ? `${(n / 1e9).toFixed(1)} GB` : n >= 1e6 ? `${(n / 1e6).toFixed(1)} MB` : `${(n / 1e3).toFixed(1)} kB`;
@@ -202,8 +203,10 @@ function DatasetVersions({ id, latest }: { id: string; latest: number }) {
   );
 }
 
-/** A catalogue page: the tenant's rows (the chosen project's), each expandable. */
-function CatalogPage<T extends { id: string; tenant?: string; tenant_id?: string }>({
+/** A catalogue page: the tenant's rows (the chosen project's), each expandable; the archived
+ * ones instead with "Show archived". */
+function CatalogPage<T extends { id: string; name: string; tenant?: string; tenant_id?: string; archived_at?: string | null }>({
+  kind,
   title,
   empty,
   queryKey,
@@ -211,25 +214,33 @@ function CatalogPage<T extends { id: string; tenant?: string; tenant_id?: string
   expanded,
   columns,
 }: {
+  kind: "dataset" | "model";
   title: Key;
   empty: Key;
   queryKey: string;
-  fetch: (project: string | undefined) => Promise<T[]>;
+  fetch: (project: string | undefined, archived: boolean) => Promise<T[]>;
   expanded: (row: T) => ReactNode;
   columns: ColumnsType<T>;
 }) {
   const { t } = useI18n();
   const { tenant, project } = useSession();
+  const mayArchive = useMayArchive();
+  const [archived, setArchived] = useState(false);
   const q = useQuery({
-    queryKey: [queryKey, tenant?.id, project],
+    queryKey: [queryKey, tenant?.id, project, archived],
     enabled: !!tenant,
-    queryFn: async () => (await fetch(project ?? undefined)).filter((x) => (x.tenant ?? x.tenant_id) === tenant!.id),
+    queryFn: async () =>
+      (await fetch(project ?? undefined, archived)).filter((x) => (x.tenant ?? x.tenant_id) === tenant!.id),
   });
+  const actions = mayArchive(kind) || mayArchive(kind, "restore");
   return (
     <div>
-      <Typography.Title level={1} style={{ fontSize: 24 }}>
-        {t(title)}
-      </Typography.Title>
+      <Space style={{ width: "100%", justifyContent: "space-between" }}>
+        <Typography.Title level={1} style={{ fontSize: 24 }}>
+          {t(title)}
+        </Typography.Title>
+        <ShowArchived checked={archived} onChange={setArchived} />
+      </Space>
       {q.error ? (
         <ErrorState error={q.error} onRetry={() => q.refetch()} />
       ) : (
@@ -238,15 +249,31 @@ function CatalogPage<T extends { id: string; tenant?: string; tenant_id?: string
           size="small"
           loading={q.isLoading}
           dataSource={q.data}
-          locale={{ emptyText: <EmptyState>{t(empty)}</EmptyState> }}
+          locale={{ emptyText: <EmptyState>{t(archived ? "archive.empty" : empty)}</EmptyState> }}
           expandable={{ expandedRowRender: expanded }}
           columns={[
-            { title: t("common.name"), dataIndex: "name" },
+            {
+              title: t("common.name"),
+              dataIndex: "name",
+              render: (n: string, row) => <NameWithBadge name={n} archivedAt={row.archived_at} />,
+            },
             { title: t("common.project"), dataIndex: "project_slug" },
             { title: t("catalog.latest"), dataIndex: "latest_version" },
             ...columns,
             { title: t("common.user"), dataIndex: "created_by" },
             { title: t("common.created"), dataIndex: "created_at", render: fmtTime },
+            ...(actions
+              ? [
+                  {
+                    title: t("common.actions"),
+                    key: "actions",
+                    render: (_: unknown, row: T) =>
+                      row.archived_at
+                        ? mayArchive(kind, "restore") && <RestoreButton kind={kind} id={row.id} name={row.name} size="small" />
+                        : mayArchive(kind) && <ArchiveButton kind={kind} id={row.id} name={row.name} size="small" />,
+                  },
+                ]
+              : []),
           ]}
         />
       )}
@@ -258,11 +285,14 @@ export function DatasetsPage() {
   const { t } = useI18n();
   return (
     <CatalogPage<Schemas["Dataset"]>
+      kind="dataset"
       title="nav.datasets"
       empty="catalog.emptyDatasets"
       queryKey="datasets"
-      fetch={async (project) =>
-        unwrap(await api.GET("/api/v1/datasets/", { params: { query: { project, page_size: 200 } } })).results
+      fetch={async (project, archived) =>
+        unwrap(
+          await api.GET("/api/v1/datasets/", { params: { query: { project, page_size: 200, archived: archived || undefined } } }),
+        ).results
       }
       expanded={(d) => <DatasetVersions id={d.id} latest={d.latest_version ?? 0} />}
       columns={[{ title: t("admin.description"), dataIndex: "description" }]}
@@ -459,11 +489,14 @@ export function ModelsPage() {
   const { t } = useI18n();
   return (
     <CatalogPage<Schemas["RegisteredModel"]>
+      kind="model"
       title="nav.models"
       empty="catalog.emptyModels"
       queryKey="models"
-      fetch={async (project) =>
-        unwrap(await api.GET("/api/v1/models/", { params: { query: { project, page_size: 200 } } })).results
+      fetch={async (project, archived) =>
+        unwrap(
+          await api.GET("/api/v1/models/", { params: { query: { project, page_size: 200, archived: archived || undefined } } }),
+        ).results
       }
       expanded={(m) => <ModelVersions id={m.id} />}
       columns={[

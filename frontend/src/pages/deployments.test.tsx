@@ -264,8 +264,8 @@ describe("deployment page", () => {
     await waitFor(() => expect(calls.some((r) => r.method === "DELETE" && r.url.endsWith("/keys/k1/"))).toBe(true));
   });
 
-  it("moves a member's deployment to another version of its model, and deletes it", async () => {
-    let deleted = false;
+  it("moves a member's deployment to another version of its model, and archives it", async () => {
+    let archived = false;
     const { calls } = fakeApi(
       detailRoutes("member", {
         "GET /api/v1/models/m1/": () => ({ id: "m1", name: "tiny", aliases: { production: 3, canary: 4 } }),
@@ -276,9 +276,9 @@ describe("deployment page", () => {
             { id: "v5", number: 5, state: "open", aliases: [] },
           ]),
         "PATCH /api/v1/deployments/d1/": () => deployment({ ref: "tiny:4" }),
-        "DELETE /api/v1/deployments/d1/": () => {
-          deleted = true;
-          return new Response(null, { status: 204 });
+        "POST /api/v1/deployments/d1/archive/": () => {
+          archived = true;
+          return deployment({ archived_at: "2026-03-01T10:00:00Z", state: "STOPPED" });
         },
         "GET /api/v1/deployments/": () => page([]),
       }),
@@ -294,10 +294,12 @@ describe("deployment page", () => {
     await waitFor(() => expect(calls.some((r) => r.method === "PATCH")).toBe(true));
     expect(await calls.find((r) => r.method === "PATCH")!.clone().json()).toEqual({ model: "tiny:4" });
 
-    fireEvent.click(screen.getByTestId("delete-button"));
-    fireEvent.click(await screen.findByRole("button", { name: "OK" }));
+    // archived, not deleted: its name typed first
+    fireEvent.click(screen.getByTestId("archive-tiny"));
+    fireEvent.change(await screen.findByTestId("archive-name"), { target: { value: "tiny" } });
+    fireEvent.click(screen.getByTestId("archive-confirm"));
     expect(await screen.findByTestId("deployments-empty")).toBeInTheDocument(); // back on the list
-    expect(deleted).toBe(true);
+    expect(archived).toBe(true);
   });
 
   it("puts the API's refusal of a scale at its field", async () => {
@@ -319,7 +321,7 @@ describe("deployment page", () => {
     await screen.findByTestId("replica-job");
     expect(screen.queryByTestId("scale-button")).toBeNull();
     expect(screen.queryByTestId("version-button")).toBeNull();
-    expect(screen.queryByTestId("delete-button")).toBeNull();
+    expect(screen.queryByTestId("archive-tiny")).toBeNull();
     fireEvent.click(screen.getByRole("tab", { name: "Keys" }));
     await screen.findByText("ci");
     expect(screen.queryByTestId("key-create")).toBeNull();

@@ -11,6 +11,7 @@ import { useSession } from "../../session";
 import { useProjects } from "../../App";
 import { EmptyState, Forbidden, fmtTime } from "../../components/common";
 import { ConfirmButton, CreateButton, CreateModal, ListTable, Section, ShownOnce, useMutate, useTenantList } from "./parts";
+import { ArchiveButton, NameWithBadge, RestoreButton, ShowArchived, useMayArchive } from "../../components/Archive";
 import { UtilisationChart } from "../../components/UtilisationChart";
 import { SignatureTrend } from "./SignatureTrend";
 import { Secrets } from "./Secrets";
@@ -153,33 +154,42 @@ function Projects() {
   const { tenant, can } = useSession();
   const qc = useQueryClient();
   const [open, setOpen] = useState(false);
-  const list = useProjects();
-  const remove = useMutate(
-    async (id: string) => unwrap(await api.DELETE("/api/v1/projects/{id}/", { params: { path: { id } } })),
-    ["projects"],
-  );
+  const [archived, setArchived] = useState(false);
+  const live = useProjects();
+  const gone = useQuery({
+    queryKey: ["projects", tenant?.id, "archived"],
+    enabled: archived,
+    queryFn: async () =>
+      unwrap(
+        await api.GET("/api/v1/projects/", { params: { query: { tenant: tenant!.id, archived: true, page_size: 500 } } }),
+      ).results,
+  });
+  const mayArchive = useMayArchive();
   return (
     <Section
       title="nav.projects"
-      extra={<CreateButton allowed={can("project", "create")} onClick={() => setOpen(true)} testId="project-create" />}
+      extra={
+        <Space>
+          <ShowArchived checked={archived} onChange={setArchived} />
+          <CreateButton allowed={can("project", "create")} onClick={() => setOpen(true)} testId="project-create" />
+        </Space>
+      }
     >
       <ListTable<Schemas["Project"]>
-        query={list}
+        query={archived ? gone : live}
+        empty={archived ? t("archive.empty") : undefined}
         columns={[
-          { title: t("admin.slug"), dataIndex: "slug" },
+          { title: t("admin.slug"), dataIndex: "slug", render: (s: string, p) => <NameWithBadge name={s} archivedAt={p.archived_at} /> },
           { title: t("common.name"), dataIndex: "name" },
           { title: t("admin.description"), dataIndex: "description" },
           { title: t("common.created"), dataIndex: "created_at", render: fmtTime },
-          ...(can("project", "delete")
-            ? [
-                {
-                  title: t("common.actions"),
-                  render: (_: unknown, p: Schemas["Project"]) => (
-                    <ConfirmButton label="common.delete" onConfirm={() => remove.mutate(p.id)} />
-                  ),
-                },
-              ]
-            : []),
+          {
+            title: t("common.actions"),
+            render: (_: unknown, p: Schemas["Project"]) =>
+              p.archived_at
+                ? mayArchive("project", "restore") && <RestoreButton kind="project" id={p.id} name={p.slug} size="small" />
+                : mayArchive("project") && <ArchiveButton kind="project" id={p.id} name={p.slug} size="small" />,
+          },
         ]}
       />
       <CreateModal<{ name: string; slug: string; description?: string }>

@@ -1,6 +1,7 @@
 // One deployment: state and why, replicas and their jobs (live logs are on the job's page),
 // traffic charts, the events timeline (autoscale decisions with the figures they read), keys;
-// and, for roles that may, scale, change the version or alias, make and revoke keys, delete.
+// and, for roles that may, scale, change the version or alias, make and revoke keys, archive
+// (the name typed) and restore.
 import { useState } from "react";
 import { Link, useNavigate, useParams } from "react-router-dom";
 import {
@@ -11,7 +12,6 @@ import {
   Form,
   Input,
   InputNumber,
-  Popconfirm,
   Select,
   Space,
   Table,
@@ -25,6 +25,7 @@ import { api, unwrap, type Schemas } from "../../api/client";
 import { useI18n } from "../../i18n";
 import { EmptyState, ErrorState, Loading, fmtTime } from "../../components/common";
 import { ConfirmButton, CreateModal, ShownOnce, useMutate } from "../admin/parts";
+import { ArchiveButton, ArchivedTag, RestoreButton } from "../../components/Archive";
 import { DeploymentStateTag, useDeploymentRole } from "./parts";
 import { UsageCharts } from "./UsageCharts";
 import {
@@ -298,11 +299,7 @@ function Actions({ d }: { d: Deployment }) {
     qc.invalidateQueries({ queryKey: ["deployment-events", d.id] });
     qc.invalidateQueries({ queryKey: ["deployments"] });
   };
-  const remove = useMutate(async () => {
-    unwrap(await api.DELETE("/api/v1/deployments/{id}/", { params: { path: { id: d.id } } }));
-    nav("/deployments");
-  }, ["deployments"]);
-  const stopped = d.state === "STOPPED";
+  const stopped = d.state === "STOPPED" || !!d.archived_at;
   const c = counts(d);
   return (
     <Space wrap data-testid="deployment-actions">
@@ -316,13 +313,10 @@ function Actions({ d }: { d: Deployment }) {
           {t("dep.changeVersion")}
         </Button>
       )}
-      {may("delete") && (
-        <Popconfirm title={t("dep.deleteConfirm")} onConfirm={() => remove.mutate(undefined)}>
-          <Button danger data-testid="delete-button">
-            {t("common.delete")}
-          </Button>
-        </Popconfirm>
+      {!d.archived_at && may("archive") && (
+        <ArchiveButton kind="deployment" id={d.id} name={d.name} onArchived={() => nav("/deployments")} />
       )}
+      {d.archived_at && may("restore") && <RestoreButton kind="deployment" id={d.id} name={d.name} />}
       <CreateModal<{ replicas: number; replicas_min: number; replicas_max: number }>
         title={t("dep.scale")}
         open={modal === "scale"}
@@ -380,6 +374,7 @@ export default function DeploymentPage() {
           {d.name}
         </Typography.Title>
         <DeploymentStateTag state={d.state} />
+        <ArchivedTag at={d.archived_at} />
         <code>{servedRef(d)}</code>
         <span data-testid="deployment-replicas">
           {t("dep.replicasReady")}: {c.ready} / {c.desired}

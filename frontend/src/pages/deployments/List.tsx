@@ -1,5 +1,6 @@
 // The deployments of the chosen tenant (and project): state, what each serves, replicas ready
-// of desired, the request rate of the last 5 minutes; filters by name and state in the URL.
+// of desired, the request rate of the last 5 minutes; filters by name and state in the URL,
+// and the archived ones instead with "Show archived" (restored there by an admin).
 import { Link, useNavigate, useSearchParams } from "react-router-dom";
 import { Button, Input, Select, Space, Table, Typography } from "antd";
 import { keepPreviousData, useQuery } from "@tanstack/react-query";
@@ -7,6 +8,7 @@ import { api, unwrap } from "../../api/client";
 import { useI18n } from "../../i18n";
 import { useSession } from "../../session";
 import { EmptyState, ErrorState, fmtTime } from "../../components/common";
+import { NameWithBadge, RestoreButton, ShowArchived, useMayArchive } from "../../components/Archive";
 import { DeploymentStateTag, useUsage } from "./parts";
 import { DEPLOYMENT_STATES, counts, servedRef, type Deployment, type DeploymentState } from "./types";
 
@@ -23,6 +25,7 @@ export default function DeploymentsPage() {
   const nav = useNavigate();
   const name = params.get("name") ?? "";
   const state = params.get("state") ?? "";
+  const archived = params.get("archived") === "true";
   const setFilter = (key: string, value: string) => {
     const next = new URLSearchParams(params);
     if (value) next.set(key, value);
@@ -34,6 +37,7 @@ export default function DeploymentsPage() {
     project: project ?? undefined,
     name: name || undefined,
     state: (state || undefined) as DeploymentState | undefined,
+    archived: archived || undefined,
     ordering: "name",
     page_size: 200,
   };
@@ -46,12 +50,15 @@ export default function DeploymentsPage() {
   });
   const rows = list.data?.results ?? [];
   const mayDeploy = can("deployment", "create");
+  const mayArchive = useMayArchive();
 
   const columns = [
     {
       title: t("common.name"),
       dataIndex: "name",
-      render: (_: unknown, d: Deployment) => <Link to={`/deployments/${d.id}`}>{d.name}</Link>,
+      render: (_: unknown, d: Deployment) => (
+        <NameWithBadge name={<Link to={`/deployments/${d.id}`}>{d.name}</Link>} archivedAt={d.archived_at} />
+      ),
     },
     { title: t("common.project"), dataIndex: "project_slug" },
     {
@@ -76,6 +83,15 @@ export default function DeploymentsPage() {
     { title: t("dep.rate"), key: "rate", render: (_: unknown, d: Deployment) => <RequestRate id={d.id} /> },
     { title: t("dep.lastRequest"), dataIndex: "last_request_at", render: (v: string | null) => fmtTime(v) },
     { title: t("common.created"), dataIndex: "created_at", render: (v: string) => fmtTime(v) },
+    ...(archived && mayArchive("deployment", "restore")
+      ? [
+          {
+            title: t("common.actions"),
+            key: "actions",
+            render: (_: unknown, d: Deployment) => <RestoreButton kind="deployment" id={d.id} name={d.name} size="small" />,
+          },
+        ]
+      : []),
   ];
 
   return (
@@ -109,6 +125,7 @@ export default function DeploymentsPage() {
           options={DEPLOYMENT_STATES.map((s) => ({ value: s, label: s }))}
           style={{ minWidth: 160 }}
         />
+        <ShowArchived checked={archived} onChange={(v) => setFilter("archived", v ? "true" : "")} />
       </Space>
       {list.error ? (
         <ErrorState error={list.error} onRetry={() => list.refetch()} />
@@ -124,7 +141,13 @@ export default function DeploymentsPage() {
             emptyText: (
               <EmptyState>
                 <span data-testid="deployments-empty">
-                  {name || state ? t("dep.emptyFiltered") : mayDeploy ? t("dep.empty") : t("dep.emptyViewer")}
+                  {archived
+                    ? t("archive.empty")
+                    : name || state
+                      ? t("dep.emptyFiltered")
+                      : mayDeploy
+                        ? t("dep.empty")
+                        : t("dep.emptyViewer")}
                 </span>
               </EmptyState>
             ),
