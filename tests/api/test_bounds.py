@@ -312,3 +312,35 @@ def test_the_schema_shows_the_bounds(acme):
     assert metrics["additionalProperties"]["maximum"] == jsonsafe.MAX_NUMBER
     memory = schemas["ResourcesRequest"]["properties"]["memory"]["oneOf"]
     assert {"type": "integer", "minimum": 1, "maximum": 16 * 1024 * 1024} in memory
+
+
+def test_a_version_stored_with_a_huge_metric_renders(acme, model):
+    """An older release took any finite metric: 1e300 comes back from jsonb as an integer."""
+    from apps.registry.models import ModelVersion
+
+    owner = acme.client(Role.OWNER)
+    created = owner.post(f"/api/v1/models/{model['id']}/versions/", {}, format="json")
+    assert created.status_code == 201, created.content
+    ModelVersion.objects.filter(pk=created.json()["id"]).update(metrics={"loss": 1e300, "acc": 0.5})
+    url = f"/api/v1/models/{model['id']}/versions/{created.json()['number']}/"
+    response = owner.get(url)
+    assert response.status_code == 200, response.content
+    assert response.json()["metrics"]["acc"] == 0.5
+    assert response.json()["metrics"]["loss"] == str(10**300)
+    listing = owner.get(f"/api/v1/models/{model['id']}/versions/?full=1")
+    assert listing.status_code == 200, listing.content
+
+
+@pytest.mark.parametrize(("count", "ok"), [(2, True), (51, False)])
+def test_registry_tags_sent_as_a_json_part_of_a_form_are_read_and_bounded(acme, model, count, ok):
+    """DRF's DictField reads only `tags.key` form parts: a `tags` part holding JSON was
+    dropped (the change silently lost, a 51-tag object taken). Now it is read as JSON."""
+    tags = {f"t{i}": "v" for i in range(count)}
+    response = acme.client(Role.OWNER).patch(
+        f"/api/v1/models/{model['id']}/", {"tags": json.dumps(tags)}, format="multipart"
+    )
+    if ok:
+        assert response.status_code == 200, response.content
+        assert response.json()["tags"] == tags
+    else:
+        refused_at(response, "tags")

@@ -2,9 +2,12 @@
 Fields with bounds the schema shows: dictionaries with at most so many entries, JSON numbers
 within the range PostgreSQL gives back unchanged, JSON values of bounded size and depth."""
 
+import json
+
 from drf_spectacular.extensions import OpenApiSerializerFieldExtension
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
+from rest_framework.utils import html
 
 from apps.core import jsonsafe
 from apps.core.jsonsafe import renderable
@@ -42,6 +45,17 @@ class BoundedDictField(serializers.DictField):
     def __init__(self, *, max_items: int, max_key_length: int = 128, **kwargs):
         self.max_items, self.max_key_length = max_items, max_key_length
         super().__init__(**kwargs)
+
+    def get_value(self, dictionary):
+        """In a form (multipart) body, the field as one part holding JSON is read as that
+        JSON (DRF's DictField reads only `name.key` parts, and would drop it)."""
+        if html.is_html_input(dictionary) and self.field_name in dictionary:
+            text = dictionary.get(self.field_name)
+            try:
+                return json.loads(text) if isinstance(text, str | bytes) else text
+            except ValueError:
+                return text  # not JSON: refused as "not a dictionary"
+        return super().get_value(dictionary)
 
     def to_internal_value(self, data):
         if isinstance(data, dict):

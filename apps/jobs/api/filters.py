@@ -1,24 +1,21 @@
 """Job list filters: ?state=RUNNING,PENDING&project=<id|slug>&user=<name>&label=team=vision."""
 
-import django_filters
 from django.core.exceptions import ValidationError as DjangoValidationError
 
 from apps.jobs.models import Job
 from apps.jobs.spec import LABEL_KEY_RE, LABEL_VALUE_RE
 from apps.jobs.states import State
-from apps.tenancy.api.filters import TenantFilterMixin, is_uuid
+from apps.tenancy.api.filters import TenantFilterMixin, TextFilter, is_uuid
 
 
 class JobFilter(TenantFilterMixin):
-    state = django_filters.CharFilter(
-        method="filter_state", help_text="One or more, comma separated."
-    )
-    project = django_filters.CharFilter(method="filter_project", help_text="Project id or slug.")
-    user = django_filters.CharFilter(field_name="user__username")
-    label = django_filters.CharFilter(method="filter_label", help_text="key=value")
-    name = django_filters.CharFilter(lookup_expr="icontains")
-    kind = django_filters.CharFilter()
-    signature = django_filters.CharFilter(
+    state = TextFilter(method="filter_state", help_text="One or more, comma separated.")
+    project = TextFilter(method="filter_project", help_text="Project id or slug.")
+    user = TextFilter(field_name="user__username")
+    label = TextFilter(method="filter_label", help_text="key=value")
+    name = TextFilter(lookup_expr="icontains")
+    kind = TextFilter()
+    signature = TextFilter(
         field_name="signature_matches__signature__name",
         distinct=True,
         help_text="Jobs with a failed attempt matching this failure signature (by name).",

@@ -2,6 +2,7 @@
 
 from rest_framework import serializers
 
+from apps.core.api.serializers import RenderableJSONField
 from apps.jobs.models import DatasetStage, Job, JobAttempt, JobEvent
 
 MAX_INT = 2**31 - 1  # PostgreSQL's integer, bigint
@@ -132,7 +133,7 @@ class JobSerializer(serializers.ModelSerializer):
 
 
 class JobDetailSerializer(JobSerializer):
-    spec = serializers.JSONField(read_only=True)
+    spec = RenderableJSONField(read_only=True)
     signatures = serializers.SerializerMethodField()
     attempts = JobAttemptSerializer(many=True, read_only=True)
     events = JobEventSerializer(many=True, read_only=True)

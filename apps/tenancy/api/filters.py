@@ -4,6 +4,7 @@ import uuid
 
 import django_filters
 from django import forms
+from drf_spectacular.drainage import set_override
 
 from apps.tenancy.models import (
     AccessToken,
@@ -15,9 +16,24 @@ from apps.tenancy.models import (
     Role,
 )
 
+MAX_QUERY_TEXT = 200  # a text filter's value (names, slugs, usernames, actions)
+
+
+class TextFilter(django_filters.CharFilter):
+    """A text filter with a maximum length, which the schema shows: a longer value is a 400
+    at the parameter."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("max_length", MAX_QUERY_TEXT)
+        super().__init__(*args, **kwargs)
+        schema = {"type": "string", "maxLength": kwargs["max_length"]}
+        if kwargs.get("help_text"):
+            schema["description"] = str(kwargs["help_text"])
+        set_override(self, "field", schema)
+
 
 class TenantFilterMixin(django_filters.FilterSet):
-    tenant = django_filters.CharFilter(method="filter_tenant", help_text="Tenant id or slug.")
+    tenant = TextFilter(method="filter_tenant", help_text="Tenant id or slug.")
 
     def filter_tenant(self, queryset, name, value):
         path = queryset.model.tenant_path
@@ -57,7 +73,7 @@ def is_uuid(value: str) -> bool:
 
 class MembershipFilter(TenantFilterMixin):
     role = django_filters.ChoiceFilter(choices=Role.choices)
-    user = django_filters.CharFilter(field_name="user__username")
+    user = TextFilter(field_name="user__username")
 
     class Meta:
         model = Membership
@@ -65,8 +81,8 @@ class MembershipFilter(TenantFilterMixin):
 
 
 class ProjectFilter(TenantFilterMixin):
-    slug = django_filters.CharFilter()
-    name = django_filters.CharFilter(lookup_expr="icontains")
+    slug = TextFilter()
+    name = TextFilter(lookup_expr="icontains")
 
     class Meta:
         model = Project
@@ -75,7 +91,7 @@ class ProjectFilter(TenantFilterMixin):
 
 class ProjectMemberFilter(TenantFilterMixin):
     project = django_filters.UUIDFilter(field_name="project_id")
-    user = django_filters.CharFilter(field_name="user__username")
+    user = TextFilter(field_name="user__username")
 
     class Meta:
         model = ProjectMember
@@ -83,7 +99,7 @@ class ProjectMemberFilter(TenantFilterMixin):
 
 
 class AccessTokenFilter(TenantFilterMixin):
-    user = django_filters.CharFilter(field_name="user__username")
+    user = TextFilter(field_name="user__username")
     revoked = StrictBooleanFilter(field_name="revoked_at", lookup_expr="isnull", exclude=True)
     read_only = StrictBooleanFilter()
 
@@ -94,8 +110,8 @@ class AccessTokenFilter(TenantFilterMixin):
 
 class InvitationFilter(TenantFilterMixin):
     role = django_filters.ChoiceFilter(choices=Role.choices)
-    email = django_filters.CharFilter(lookup_expr="iexact")
-    username = django_filters.CharFilter()
+    email = TextFilter(lookup_expr="iexact")
+    username = TextFilter()
 
     class Meta:
         model = Invitation
@@ -103,11 +119,11 @@ class InvitationFilter(TenantFilterMixin):
 
 
 class AuditEventFilter(TenantFilterMixin):
-    action = django_filters.CharFilter()
-    action_prefix = django_filters.CharFilter(field_name="action", lookup_expr="startswith")
-    actor = django_filters.CharFilter(field_name="actor_repr")
-    target_type = django_filters.CharFilter()
-    target_id = django_filters.CharFilter()
+    action = TextFilter()
+    action_prefix = TextFilter(field_name="action", lookup_expr="startswith")
+    actor = TextFilter(field_name="actor_repr")
+    target_type = TextFilter()
+    target_id = TextFilter()
     since = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
     until = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
 
