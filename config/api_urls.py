@@ -6,6 +6,7 @@ from rest_framework.routers import SimpleRouter
 from apps.compute.api.urls import register as register_compute
 from apps.datasets.api.urls import register as register_datasets
 from apps.jobs.api.urls import register as register_jobs
+from apps.lifecycle.api.urls import register as register_lifecycle
 from apps.logs.api.signatures import FailureSignatureViewSet
 from apps.quotas.api.history import UsageHistoryView
 from apps.quotas.api.urls import register as register_quotas
@@ -26,6 +27,7 @@ register_datasets(router)
 register_registry(router)
 register_serving(router)
 register_secrets(router)
+register_lifecycle(router)
 router.register("failure-signatures", FailureSignatureViewSet, basename="failure-signature")
 
 urlpatterns = [

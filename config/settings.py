@@ -339,6 +339,15 @@ CELERY_BEAT_SCHEDULE["serving-reconcile"] = {
     "options": {"expires": float(TORUS_SERVING_RECONCILE_SECONDS) * 2},
 }
 
+# Purge (apps/lifecycle/purge.py): an archived thing may be purged this many days after its
+# archiving; purges left running (a crash) are resumed by beat
+TORUS_ARCHIVE_RETENTION_DAYS = env_int("TORUS_ARCHIVE_RETENTION_DAYS", 30, minimum=0)
+CELERY_BEAT_SCHEDULE["lifecycle-purge-resume"] = {
+    "task": "lifecycle.purge_resume",
+    "schedule": 300.0,
+    "options": {"expires": 600.0},
+}
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "apps.tenancy.authentication.BearerTokenAuthentication",

@@ -207,6 +207,17 @@ class Backend(Protocol):
         """Make the cluster account `account` (under `parent`) and let `user` run jobs in it;
         idempotent."""
 
+    def account_remove(self, *, account: str) -> None:
+        """Remove the cluster account `account` and every user's association with it (a
+        purge); idempotent: a missing account is success. Slurm refuses while jobs of it are
+        active (SubmitRejected: the purge tries again)."""
+
+    def objects_remove(self, *, tenant: str, project: str | None, backend_ids: list[str]) -> None:
+        """Remove the cluster objects a purge leaves: the attempts' (`backend_ids`) and, with
+        `project`, every job object of the tenant's project (Kubernetes: Jobs, pods,
+        Services, Secrets by label; the place's namespace and volumes stay, applied again as
+        they are); idempotent. Nothing to do on Slurm."""
+
     def tenant_gpu_limit(self, *, tenant: str, account: str, gpus: int | None) -> None:
         """Hold the tenant's GPU quota in the cluster itself (None: unlimited): `tenant` is
         the tenant's slug, `account` its cluster account (the `parent` of ensure_association).

@@ -458,6 +458,41 @@ class SlurmBackend:
         if user not in found.split():
             raise SubmitRejected(f"no Slurm association for {user} in {account}: {errors}")
 
+    def account_remove(self, *, account: str) -> None:
+        """Delete the account with its users' associations. Slurm keeps a user's default
+        account: a user whose default this is moves to another of theirs, or, with none
+        left, is removed from the accounting database (added again on their next job)."""
+        listed = self._run(
+            ["sacctmgr", "-n", "-P", "show", "assoc", "where", f"account={account}",
+             "format=user"]
+        )  # fmt: skip
+        for user in sorted({u for u in listed.split() if u}):
+            default = self._run(
+                ["sacctmgr", "-n", "-P", "show", "user", "where", f"name={user}",
+                 "format=defaultaccount"]
+            ).strip()  # fmt: skip
+            if default != account:
+                continue
+            others = self._run(
+                ["sacctmgr", "-n", "-P", "show", "assoc", "where", f"user={user}",
+                 "format=account"]
+            ).split()  # fmt: skip
+            others = sorted({a for a in others if a and a != account})
+            if others:
+                argv = ["sacctmgr", "-i", "modify", "user", "where", f"name={user}", "set",
+                        f"defaultaccount={others[0]}"]  # fmt: skip
+            else:
+                argv = ["sacctmgr", "-i", "delete", "user", f"name={user}"]
+            self._run(argv)
+        try:
+            self._run(["sacctmgr", "-i", "delete", "account", f"name={account}"])
+        except SubmitRejected as exc:  # exits 1 with "Nothing deleted" when it is gone
+            if "nothing deleted" not in str(exc).lower():
+                raise
+
+    def objects_remove(self, *, tenant: str, project: str | None, backend_ids: list[str]) -> None:
+        """Nothing: a Slurm job leaves no object once cancelled."""
+
     def tenant_gpu_limit(self, *, tenant: str, account: str, gpus: int | None) -> None:
         """GrpTRES gres/gpu of the tenant's account (None: unlimited); takes effect where the
         cluster enforces limits (AccountingStorageEnforce=limits)."""

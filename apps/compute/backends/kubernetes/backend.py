@@ -23,6 +23,7 @@ from apps.compute.backends.base import (
 )
 from apps.compute.backends.kubernetes import manifests, names, outcomes, pending
 from apps.compute.backends.kubernetes.client import ApiError, KubeClient
+from apps.compute.backends.kubernetes.client import path as kube_path
 from apps.compute.backends.kubernetes.settings import KubeSettings
 from apps.compute.backends.kubernetes.watch import Store
 from apps.compute.models import Cluster
@@ -262,6 +263,32 @@ class KubernetesBackend:
         except ApiError as exc:
             if exc.status != 404:
                 raise ClusterUnavailable(str(exc)) from exc
+
+    def account_remove(self, *, account: str) -> None:
+        """Nothing per account on Kubernetes (ensure_association makes none)."""
+
+    def objects_remove(self, *, tenant: str, project: str | None, backend_ids: list[str]) -> None:
+        """The attempts' Jobs (their Secrets and Services are owned by them), and with
+        `project` every Job, pod, Service and Secret labelled with the tenant's project."""
+        for backend_id in backend_ids:
+            self.cancel(backend_id)
+        if project is None:
+            return
+        ns = manifests.namespace_name(settings=self.settings, tenant=tenant, project=project)
+        selector = (
+            f"{manifests.L_TENANT}={names.dns_label(tenant, field='tenant')},"
+            f"{manifests.L_PROJECT}={names.dns_label(project, field='project')}"
+        )
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
+        for kind in ("Job", "Pod", "Service", "Secret"):
+            try:
+                self.client.request(
+                    "DELETE", kube_path(kind, namespace=ns), query={"labelSelector": selector},
+                    body=body,
+                )  # fmt: skip
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise ClusterUnavailable(str(exc)) from exc
 
     def clear_nice(self, backend_id: str) -> None:
         """Nothing: Kueue orders by its own priority classes, no nice is ever set."""
