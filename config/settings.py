@@ -364,6 +364,7 @@ REST_FRAMEWORK = {
     "DEFAULT_FILTER_BACKENDS": [
         "django_filters.rest_framework.DjangoFilterBackend",
         "rest_framework.filters.OrderingFilter",
+        "apps.core.api.archived.ArchivedFilter",
     ],
     "ORDERING_PARAM": "ordering",
     "DEFAULT_THROTTLE_CLASSES": [
@@ -373,7 +374,6 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_RATES": {
         "principal": env_str("TORUS_THROTTLE_PRINCIPAL", "6000/min"),
         "anon": env_str("TORUS_THROTTLE_ANON", "600/min"),
-        "apps.core.api.archived.ArchivedFilter",
     },
     "EXCEPTION_HANDLER": "apps.core.api.errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "apps.core.api.schema.TorusAutoSchema",
