@@ -35,5 +35,13 @@ def request_datasets(world, role, resource, action):
         ),
         "commit": lambda: client.post(reverse("dataset-version-commit", kwargs=kwargs)),
         "update": lambda: client.patch(detail, {"description": "new"}, format="json"),
-        "delete": lambda: client.delete(detail),
+        # a dataset with versions is archived, never deleted: the right to delete, on a bare one
+        "delete": lambda: client.delete(
+            reverse("dataset-detail", kwargs={"pk": _bare(world, owner)["id"]})
+        ),
     }[action]()
+
+
+def _bare(world, owner) -> dict:
+    body = {"project": str(world.project.pk), "name": "bare"}
+    return owner.post(reverse("dataset-list"), body, format="json").json()

@@ -47,6 +47,8 @@ def _request(world, role, resource, action, cluster=None):
         "token": reverse("token-detail", kwargs={"pk": own_token.pk}),
         "invitation": reverse("invitation-detail", kwargs={"pk": invitation.pk}),
     }.get(resource)
+    if action in ("archive", "restore"):
+        return _request_lifecycle(world, role, resource, action)
     if resource in ("job", "quota"):
         return _request_jobs(world, role, resource, action, cluster)
     if resource in ("model", "webhook", "lineage"):
@@ -118,6 +120,33 @@ def _request(world, role, resource, action, cluster=None):
         case (_, "delete"):
             return client.delete(url)
     raise AssertionError(f"no request for {resource}/{action}")
+
+
+def _request_lifecycle(world, role, resource, action):
+    """Archive (typing the name) or restore (an archived one) a project, dataset, model or
+    deployment of the world's project."""
+    from apps.datasets.models import Dataset
+    from apps.registry.models import RegisteredModel
+    from apps.tenancy import lifecycle
+    from tests.serving.test_gateway import make_deployment
+
+    owner = world.users[Role.OWNER]
+    thing = {
+        "project": lambda: world.project,
+        "dataset": lambda: Dataset.objects.create(
+            tenant=world.tenant, project=world.project, name="d", created_by=owner
+        ),
+        "model": lambda: RegisteredModel.objects.create(
+            tenant=world.tenant, project=world.project, name="m", created_by=owner
+        ),
+        "deployment": lambda: make_deployment(world),
+    }[resource]()
+    client = world.client(role)
+    if action == "restore":
+        lifecycle.archive(actor=None, thing=thing, confirm=lifecycle.confirm_name(thing))
+        return client.post(reverse(f"{resource}-restore", kwargs={"pk": thing.pk}))
+    body = {"confirm": lifecycle.confirm_name(thing)}
+    return client.post(reverse(f"{resource}-archive", kwargs={"pk": thing.pk}), body)
 
 
 def _request_jobs(world, role, resource, action, cluster):

@@ -55,6 +55,11 @@ class Command(BaseCommand):
         project, _ = Project.objects.get_or_create(
             tenant=tenant, slug=project_slug, defaults={"name": project_name}
         )
+        if project.archived_at is not None:  # an admin's choice: kept, and said (never reused)
+            self.stderr.write(
+                f"note: project {tenant.slug}/{project.slug} is archived; restore it or purge it "
+                "(docs/operations.md) for a working demo project"
+            )
         ProjectMember.objects.get_or_create(project=project, user=users[Role.MEMBER])
         AccessToken.objects.filter(tenant=tenant, name=TOKEN_NAME, revoked_at__isnull=True).update(
             revoked_at=timezone.now()
