@@ -10,6 +10,7 @@ the cluster never got it.
 import base64
 import logging
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
@@ -21,6 +22,7 @@ from apps.compute.backends import argv as launcher_argv
 from apps.compute.backends import for_cluster
 from apps.compute.backends.base import ClusterUnavailable, Submission, SubmitRejected
 from apps.compute.models import AcceleratorType, Cluster
+from apps.core.passes import Pass, describe
 from apps.identity.directory import DirectoryUnavailable
 from apps.identity.services import IdentityError, JobIdentity, job_identity
 from apps.identity.storage import StorageError, job_tree_ensure, project_tree_ensure
@@ -38,6 +40,9 @@ BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # how long a run of dispatch passes reuses an identity it prepared (its account, groups,
 # association and project tree): a burst's passes prepare each (user, project) once
 IDENTITY_REUSE_SECONDS = 30.0
+# the dispatch pass's failures (apps/core/passes.py), one item per job: a job that cannot be
+# prepared is held in the queue with the reason, and the pass goes on with the others
+PASS = Pass("dispatch")
 
 
 def _b64(value: str) -> str:
@@ -245,6 +250,44 @@ def release(*, attempt_id, message: str) -> None:
     )
 
 
+def hold(*, attempt_id, job_id, reason: str) -> None:
+    """Back to the queue with the reason its user sees (the job's state_reason): the attempt
+    could not be prepared for an error nobody foresaw (an orphaned group row, a file in the
+    way). Counted and logged once (PASS); every later pass tries it again, and a job that goes
+    through clears its failure."""
+    from apps.jobs.services import job_transition
+
+    def mark(_error) -> None:
+        JobAttempt.objects.filter(pk=attempt_id, state=AttemptState.SUBMITTING).update(
+            state=AttemptState.QUEUED, submit_started_at=None
+        )
+        job = Job.objects.select_for_update().get(pk=job_id)
+        if job.state == State.QUEUED:
+            job_transition(job=job, to=State.QUEUED, reason=reason)
+
+    PASS.failed(key=f"job:{job_id}", error=reason, on_failure=mark)
+
+
+def settle_held() -> None:
+    """Clear the dispatch failures of jobs that no longer wait to be dispatched (submitted,
+    cancelled, failed, gone): no query while none is open."""
+    held = {key.removeprefix("job:") for key in PASS.open() if key.startswith("job:")}
+    if held:
+        waiting = Job.objects.filter(pk__in=_job_ids(held), state=State.QUEUED)
+        waiting = {str(pk) for pk in waiting.values_list("pk", flat=True)}
+        PASS.forget(keys=[f"job:{pk}" for pk in held - waiting])
+
+
+def _job_ids(values) -> list:
+    out = []
+    for value in values:
+        try:
+            out.append(uuid.UUID(value))
+        except ValueError:
+            continue
+    return out
+
+
 def recover_submitting(*, cluster: Cluster, backend) -> int:
     """Adopt or release attempts left SUBMITTING by a dispatcher that died. One backend call."""
     grace = timezone.now() - timedelta(seconds=settings.TORUS_DISPATCH_GRACE_SECONDS)
@@ -293,6 +336,11 @@ class _NotPrepared(Exception):
     back to the queue for a later pass."""
 
 
+class _Held(Exception):
+    """The attempt could not be prepared for an unforeseen error: it is held in the queue
+    with the reason (hold) and tried again by later passes; the other attempts go on."""
+
+
 _NOT_NOW = (DirectoryUnavailable, ClusterUnavailable, StorageError)
 
 
@@ -332,6 +380,8 @@ def dispatch_cluster(
                     reused[key] = (known[key], time.monotonic())
                 except (IdentityError, SubmitRejected, *_NOT_NOW) as exc:
                     known[key] = exc  # each of its attempts says so below (this pass only)
+                except Exception as exc:  # (one job's trouble, not the pass's)
+                    known[key] = _Held(f"could not prepare its identity: {describe(exc)}")
 
         def submit(attempt):
             """Prepare and submit one attempt (in a pool thread: one attempt's directories
@@ -347,32 +397,45 @@ def dispatch_cluster(
                     return attempt.pk, None, SubmitRejected(str(exc))
                 except _NOT_NOW as exc:
                     return attempt.pk, None, _NotPrepared(str(exc))
+                except _Held as exc:
+                    return attempt.pk, None, exc
+                except Exception as exc:  # (this attempt's, not the pass's)
+                    return attempt.pk, None, _Held(f"could not be prepared: {describe(exc)}")
                 try:
                     return attempt.pk, backend.submit(submission), None
                 except (ClusterUnavailable, SubmitRejected) as exc:
                     return attempt.pk, None, exc
+                except Exception as exc:  # (outcome unknown: recovered later)
+                    return attempt.pk, None, ClusterUnavailable(describe(exc))
             finally:  # the pool's thread exits after the pass: its connection goes back
                 connection.close()
 
         with ThreadPoolExecutor(max_workers=settings.TORUS_DISPATCH_THREADS) as pool:
             results = list(pool.map(submit, attempts))
+        job_of = {attempt.pk: attempt.job_id for attempt in attempts}
         for attempt_id, _, error in results:
             if isinstance(error, _NotPrepared):
                 release(attempt_id=attempt_id, message=str(error))
                 released = True  # not claimed again in this pass
+            elif isinstance(error, _Held):
+                hold(attempt_id=attempt_id, job_id=job_of[attempt_id], reason=str(error))
+                released = True
         accepted = {attempt_id: backend_id for attempt_id, backend_id, _ in results if backend_id}
         mark_submitted_many(submitted=accepted, via=backend.display_name)
         total += len(accepted)
+        for attempt_id in accepted:
+            PASS.succeeded(key=f"job:{job_of[attempt_id]}")
         for attempt_id, backend_id, error in results:
-            if backend_id or isinstance(error, _NotPrepared):
+            if backend_id or isinstance(error, _NotPrepared | _Held):
                 continue
             if isinstance(error, SubmitRejected):
                 mark_rejected(attempt_id=attempt_id, message=str(error)[:1000])
             else:  # unknown outcome: stays SUBMITTING; recover_submitting decides later
                 logger.warning("submit of attempt %s unconfirmed: %s", attempt_id, error)
         if len(ids) < limit or any(  # (fewer than asked: nothing is left to claim)
-            error is not None and not isinstance(error, SubmitRejected | _NotPrepared)
+            error is not None and not isinstance(error, SubmitRejected | _NotPrepared | _Held)
             for _, _, error in results
         ):
             break
+    settle_held()
     return total

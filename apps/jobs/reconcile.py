@@ -20,6 +20,8 @@ from apps.compute.backends import for_cluster
 from apps.compute.backends.base import BackendJob, ClusterUnavailable, SubmitRejected
 from apps.compute.models import Cluster
 from apps.compute.services import inventory_store
+from apps.core.models import PassFailure
+from apps.core.passes import Pass, describe
 from apps.jobs import cluster_limits, paths
 from apps.jobs.admission import admit_tenant
 from apps.jobs.datasets import dataset_stages_record
@@ -32,6 +34,11 @@ logger = logging.getLogger(__name__)
 # The backend state of an attempt the cluster lost or failed after its program had ended,
 # ended by the exit status its launcher left (paths.exit_status).
 ENDED_BY_ITS_STATUS = "ENDED"
+# The reconcile pass's failures (apps/core/passes.py), one item per attempt: an attempt whose
+# state cannot be applied is left for the next pass, and failed with the reason once it has
+# failed GIVE_UP_AFTER passes in a row; the other attempts reconcile.
+PASS = Pass("reconcile")
+GIVE_UP_AFTER = 5
 RETRY_CAUSE = {
     AttemptState.NODE_FAIL: "node_failure",
     AttemptState.LOST: "node_failure",
@@ -81,58 +88,71 @@ def reconcile_cluster(*, cluster_id) -> dict:
             logger.warning("accounting of %s unavailable: %s", cluster.name, exc)
             return stats
     tenants_with_room = set()
-    for attempt in tracked:
-        found = by_tag.get(attempt.tag)
-        if found is None:
-            age = timezone.now() - (attempt.submitted_at or attempt.created_at)
-            if age.total_seconds() < settings.TORUS_LOST_AFTER_SECONDS:
-                continue
-            found = BackendJob(
-                backend_id=attempt.backend_id,
-                tag=attempt.tag,
-                state="LOST",
-                reason="the cluster has no record of this job",
-            )
-            outcome = AttemptState.LOST
-        else:
-            outcome = backend.attempt_outcome(found)
-            if (
-                outcome == AttemptState.SUBMITTED
-                and (attempt.state == AttemptState.RUNNING or found.restarts)
-                and getattr(backend, "requeues_jobs", False)
+    for attempt in tracked:  # one by one: one that raises is left for the next pass
+        with PASS.item(f"attempt:{attempt.pk}", on_failure=_unreconciled(attempt.pk)):
+            found = by_tag.get(attempt.tag)
+            if found is None:
+                age = timezone.now() - (attempt.submitted_at or attempt.created_at)
+                if age.total_seconds() < settings.TORUS_LOST_AFTER_SECONDS:
+                    continue
+                found = BackendJob(
+                    backend_id=attempt.backend_id,
+                    tag=attempt.tag,
+                    state="LOST",
+                    reason="the cluster has no record of this job",
+                )
+                outcome = AttemptState.LOST
+            else:
+                outcome = backend.attempt_outcome(found)
+                if (
+                    outcome == AttemptState.SUBMITTED
+                    and (attempt.state == AttemptState.RUNNING or found.restarts)
+                    and getattr(backend, "requeues_jobs", False)
+                ):
+                    outcome = _take_back_requeued(backend, found)
+            if outcome in (AttemptState.NODE_FAIL, AttemptState.LOST):
+                outcome = _ended_by_its_status(attempt, found, outcome)
+            waiting = backend.waiting_message(found) if outcome == AttemptState.SUBMITTED else ""
+            if _unchanged(attempt, found, outcome) and (
+                not waiting
+                or attempt.job.state != State.SUBMITTED
+                or (attempt.job.state_reason, attempt.job.queue_position)
+                == (waiting, found.queue_position)
             ):
-                outcome = _take_back_requeued(backend, found)
-        if outcome in (AttemptState.NODE_FAIL, AttemptState.LOST):
-            outcome = _ended_by_its_status(attempt, found, outcome)
-        waiting = backend.waiting_message(found) if outcome == AttemptState.SUBMITTED else ""
-        if _unchanged(attempt, found, outcome) and (
-            not waiting
-            or attempt.job.state != State.SUBMITTED
-            or (attempt.job.state_reason, attempt.job.queue_position)
-            == (waiting, found.queue_position)
-        ):
-            continue  # most attempts, most passes: no transaction, no row lock
-        result = apply(
-            attempt_id=attempt.pk,
-            found=found,
-            outcome=outcome,
-            down_nodes=down,
-            waiting=waiting,
+                continue  # most attempts, most passes: no transaction, no row lock
+            result = apply(
+                attempt_id=attempt.pk,
+                found=found,
+                outcome=outcome,
+                down_nodes=down,
+                waiting=waiting,
+            )
+            if result:
+                stats["updated"] += 1
+            if result in ("ended", "restarted"):
+                stats["ended"] += 1
+                tenants_with_room.add(attempt.job.tenant_id)
+            if result == "restarted":
+                stats["restarted"] += 1
+
+    def step(name: str):  # each by itself: one that raises keeps no other from running
+        return PASS.item(f"{cluster.name}:{name}", atomic=False)
+
+    with step("release_restarts"):
+        release_restarts(cluster=cluster)
+    with step("track_checkpoints"):
+        track_checkpoints(cluster=cluster)
+    with step("track_dataset_stages"):
+        track_dataset_stages(cluster=cluster)
+    with step("cancel_requested"):
+        cancel_requested(cluster=cluster, backend=backend, by_tag=by_tag)
+    with step("unstarve"):
+        stats["unstarved"] = unstarve(
+            cluster=cluster, backend=backend, tracked=tracked, by_tag=by_tag
         )
-        if result:
-            stats["updated"] += 1
-        if result in ("ended", "restarted"):
-            stats["ended"] += 1
-            tenants_with_room.add(attempt.job.tenant_id)
-        if result == "restarted":
-            stats["restarted"] += 1
-    release_restarts(cluster=cluster)
-    track_checkpoints(cluster=cluster)
-    track_dataset_stages(cluster=cluster)
-    cancel_requested(cluster=cluster, backend=backend, by_tag=by_tag)
-    stats["unstarved"] = unstarve(cluster=cluster, backend=backend, tracked=tracked, by_tag=by_tag)
+    with step("cancel_strays"):
+        cancel_strays(cluster=cluster, backend=backend, backend_jobs=backend_jobs, tracked=tracked)
     stats["rpcs"] += stats["unstarved"]
-    cancel_strays(cluster=cluster, backend=backend, backend_jobs=backend_jobs, tracked=tracked)
     Cluster.objects.filter(pk=cluster.pk).update(
         healthy=True, last_error="", last_reconciled_at=timezone.now()
     )
@@ -143,6 +163,37 @@ def reconcile_cluster(*, cluster_id) -> dict:
     for tenant_id in tenants_with_room:
         admit_tenant(tenant_id=tenant_id)
     return stats
+
+
+def _unreconciled(attempt_id):
+    """The marking of an attempt whose state could not be applied: left for the next pass,
+    until GIVE_UP_AFTER passes in a row have failed; then the attempt (and its job, if it was
+    on it) fails with the reason, and a cluster job of it still running is cancelled by the
+    next pass (cancel_strays)."""
+
+    def mark(error) -> None:
+        from apps.jobs.services import job_transition
+
+        before = PassFailure.objects.filter(
+            pass_name=PASS.name, item_key=f"attempt:{attempt_id}"
+        ).values_list("count", flat=True)
+        if (before.first() or 0) + 1 < GIVE_UP_AFTER:
+            return
+        reason = f"could not be reconciled: {describe(error)}"
+        attempt = JobAttempt.objects.select_for_update().get(pk=attempt_id)
+        if attempt.state in ATTEMPT_ENDED:
+            return
+        job = Job.objects.select_for_update().get(pk=attempt.job_id)
+        attempt.state, attempt.ended_at, attempt.reason = (
+            AttemptState.FAILED,
+            timezone.now(),
+            reason[:2000],
+        )
+        attempt.save(update_fields=["state", "ended_at", "reason", "updated_at"])
+        if job.state in (State.SUBMITTED, State.RUNNING):
+            job_transition(job=job, to=State.FAILED, attempt=attempt, reason=reason)
+
+    return mark
 
 
 def _cluster_down(*, cluster: Cluster, error: str) -> None:
@@ -422,7 +473,8 @@ def track_dataset_stages(*, cluster: Cluster) -> None:
         .exclude(job__spec__datasets__isnull=True)
         .select_related("job", "job__project__tenant")
     ):
-        dataset_stages_record(attempt=attempt)
+        with PASS.item(f"stages:{attempt.pk}"):  # one unreadable report stops no other
+            dataset_stages_record(attempt=attempt)
 
 
 def unstarve(*, cluster: Cluster, backend, tracked: list, by_tag: dict) -> int:

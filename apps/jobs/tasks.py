@@ -8,6 +8,7 @@ from django.core.cache import cache
 from apps.compute.backends import for_cluster
 from apps.compute.backends.base import ClusterUnavailable
 from apps.compute.models import Cluster
+from apps.core.passes import Pass, describe
 from apps.jobs import dispatch, reconcile
 from apps.jobs.admission import admit_tenant
 from apps.jobs.models import ATTEMPT_ENDED, Job
@@ -15,6 +16,9 @@ from apps.jobs.states import TERMINAL, State
 from apps.tenancy.models import Tenant
 
 logger = logging.getLogger(__name__)
+# one cluster whose pass raises (a backend that cannot be built, a row it cannot read) does not
+# keep the other clusters from being reconciled and dispatched, nor tenants from admission
+CONTROL = Pass("control")
 
 
 class _ClusterLock:
@@ -76,12 +80,29 @@ def reconcile_cluster(cluster_id: str) -> dict:
 @shared_task(name="jobs.control_pass")
 def control_pass() -> None:
     """The periodic backstop: reconcile and dispatch every cluster, admit every tenant."""
-    for cluster_id in Cluster.objects.values_list("pk", flat=True):
-        reconcile_cluster(str(cluster_id))
-        dispatch_cluster(str(cluster_id))
+    for cluster_id, name in Cluster.objects.values_list("pk", "name"):
+        # (no transaction around a pass: each commits its own steps, its claims first)
+        failed = _cluster_failed(cluster_id)
+        with CONTROL.item(f"reconcile:{name}", on_failure=failed, atomic=False):
+            reconcile_cluster(str(cluster_id))
+        with CONTROL.item(f"dispatch:{name}", atomic=False):
+            dispatch_cluster(str(cluster_id))
     pending = Tenant.objects.filter(jobs__state=State.PENDING).distinct()
-    for tenant_id in pending.values_list("pk", flat=True):
-        admit_tenant(tenant_id=tenant_id)
+    for tenant_id, slug in pending.values_list("pk", "slug"):
+        with CONTROL.item(f"admit:{slug}", atomic=False):
+            admit_tenant(tenant_id=tenant_id)
+
+
+def _cluster_failed(cluster_id):
+    """A cluster whose reconcile raised shows it as its health and last_error, as one that
+    does not answer does; its attempts are left as they are for the next pass."""
+
+    def mark(error) -> None:
+        Cluster.objects.filter(pk=cluster_id).update(
+            healthy=False, last_error=f"reconcile failed: {describe(error)}"
+        )
+
+    return mark
 
 
 @shared_task(name="jobs.cancel_backend_jobs", acks_late=True)
