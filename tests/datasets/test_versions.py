@@ -222,7 +222,7 @@ def test_discarding_an_open_version_removes_its_files(acme_storage):
     assert list(Path(area / ".uploads").iterdir()) == []
 
 
-def test_an_admin_deletes_a_dataset_with_its_files(acme_storage):
+def test_a_dataset_with_versions_is_archived_not_deleted(acme_storage):
     client = member(acme_storage)
     dataset = create_dataset(client, acme_storage.project)
     open_version(client, dataset["id"])
@@ -230,7 +230,10 @@ def test_an_admin_deletes_a_dataset_with_its_files(acme_storage):
     assert commit(client, dataset["id"], 1).status_code == 200
     url = reverse("dataset-detail", args=[dataset["id"]])
     assert client.delete(url).status_code == 403  # members do not delete
-    assert acme_storage.client(Role.ADMIN).delete(url).status_code == 204
+    admin = acme_storage.client(Role.ADMIN)
+    assert admin.delete(url).status_code == 409  # it has a version: archived, never deleted
+    response = admin.post(f"{url}archive/", {"confirm": dataset["name"]}, format="json")
+    assert response.status_code == 200, response.content
     area = project_root(acme_storage.project) / "datasets"
-    assert not (area / dataset["id"]).exists()
-    assert not DatasetVersion.objects.filter(dataset_id=dataset["id"]).exists()
+    assert (area / dataset["id"]).exists()  # its files stay until an operator purges it
+    assert DatasetVersion.objects.filter(dataset_id=dataset["id"]).exists()

@@ -234,13 +234,17 @@ def test_deploy_through_the_api_reaches_ready_and_serves(acme, gguf_version, ser
     listed = client.get(reverse("deployment-list")).json()["results"]
     assert [d["name"] for d in listed] == ["tiny"]
 
-    # scale to two through the API, then remove it: the replicas' jobs end
+    # scale to two through the API, then archive it (it ran replicas: never deleted): the
+    # replicas' jobs end
     response = client.patch(url(made["id"]), {"replicas": 2, "replicas_max": 2}, format="json")
     assert response.status_code == 200, response.content
     wait_ready(made["id"], replicas=2)
     jobs = list(Replica.objects.filter(deployment_id=made["id"]).values_list("job_id", flat=True))
-    assert client.delete(url(made["id"])).status_code == 204
-    assert client.get(url(made["id"])).status_code == 404
+    assert client.delete(url(made["id"])).status_code == 409  # history: archived instead
+    response = client.post(url(made["id"], "archive"), {"confirm": "tiny"}, format="json")
+    assert response.status_code == 200, response.content
+    assert response.json()["state"] == "STOPPED" and response.json()["archived_at"]
+    assert [d["name"] for d in client.get(reverse("deployment-list")).json()["results"]] == []
 
     def ended() -> bool:
         return all(Job.objects.get(pk=j).state == "CANCELLED" for j in jobs)
@@ -265,15 +269,18 @@ def test_a_serve_job_made_through_the_jobs_api_is_refused(acme, slurm_cluster):
     assert "only as a deployment's replica" in job.state_reason, job.state_reason
 
 
-def test_a_deployed_model_cannot_be_deleted_until_its_deployment_is(acme, gguf_version):
+def test_a_deployed_model_is_archived_with_its_deployment(acme, gguf_version):
     made = deploy(acme.client(Role.MEMBER), acme.project)
     admin = acme.client(Role.ADMIN)
     model_url = reverse("model-detail", args=[gguf_version.model_id])
     response = admin.delete(model_url)
     assert response.status_code == 409, response.content
-    assert "deployment tiny" in response.json()["error"]["message"]
-    assert admin.delete(url(made["id"])).status_code == 204
-    assert admin.delete(model_url).status_code == 204
+    assert "has history (1 versions)" in response.json()["error"]["message"]
+    name = gguf_version.model.name
+    response = admin.post(f"{model_url}archive/", {"confirm": name}, format="json")
+    assert response.status_code == 200, response.content
+    shown = admin.get(url(made["id"])).json()
+    assert shown["archived_at"] and shown["state"] == "STOPPED"
 
 
 def test_a_replicas_serve_json_is_taken_only_at_the_host_its_cluster_reports(acme):

@@ -102,8 +102,12 @@ def test_a_deployment_on_kubernetes_serves_heals_and_goes(
             assert answer.headers["x-torus-replica"] == str(new.pk)
 
         attempts = [attempt, new.job.attempts.get()]
-        response = member.delete(reverse("deployment-detail", args=[made["id"]]))
-        assert response.status_code == 204, response.content
+        response = member.post(
+            reverse("deployment-archive", args=[made["id"]]),
+            {"confirm": made["name"]},
+            format="json",
+        )
+        assert response.status_code == 200, response.content
         deadline = time.monotonic() + 120
         while any(kube_jobs(kube_admin, a) for a in attempts):
             assert time.monotonic() < deadline, "a replica's Job outlived its deployment"
