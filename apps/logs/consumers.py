@@ -9,6 +9,10 @@ the ASGI stack. Lines arrive in batches (apps/logs/live.py), never one message p
 TORUS_LIVE_MAX_LINES_PER_SECOND reach one viewer: beyond that a "skipped" message says how
 many lines were left out (they stay in Elasticsearch and the job's logs endpoint).
 
+The backlog: an ended attempt's lines come from its log source, as GET /jobs/{id}/logs/
+reads them; a running attempt's from Elasticsearch (apps/logs/backlog.py). A live line the
+backlog already held (the same attempt, stream and offset or an earlier one) is not sent.
+
 Messages sent, as JSON objects with a "type":
   backlog   {state, reason, streams: {attempt, stdout, stderr}, lines: [...]}  (first, once)
   lines     {lines: [{attempt_number, stream, offset, timestamp, level, message}, ...]}
@@ -33,8 +37,9 @@ from django.conf import settings
 from apps.core.actor import Actor
 from apps.core.db_threads import QueriesInPoolThreads, in_pool_thread
 from apps.jobs.models import Job
+from apps.logs.backlog import job_backlog
 from apps.logs.live import job_group, tenant_jobs_group
-from apps.logs.search_backlog import last_lines, streams_complete
+from apps.logs.search_backlog import streams_complete
 from apps.tenancy.consumers import (
     CLOSE_FORBIDDEN,
     CLOSE_UNAUTHENTICATED,
@@ -95,15 +100,19 @@ def _uuid(value) -> uuid.UUID | None:
 
 
 @in_pool_thread
-def _backlog(job, tail: int, stream: str | None) -> dict:
+def _backlog(job, tail: int, stream: str | None) -> tuple[dict, dict]:
+    """The backlog message, and the last offset it read per (attempt number, stream)."""
     job.refresh_from_db(fields=["state", "state_reason"])
-    return {
+    streams = streams_complete(job=job)  # before the lines: a stream complete here is in them
+    backlog = job_backlog(job=job, count=tail, stream=stream)
+    message = {
         "type": "backlog",
         "state": job.state,
         "reason": job.state_reason,
-        "streams": streams_complete(job=job),
-        "lines": last_lines(job=job, count=tail, stream=stream),
+        "streams": streams,
+        "lines": backlog.lines,
     }
+    return message, backlog.seen
 
 
 class LineBudget:
@@ -175,18 +184,18 @@ class JobLogConsumer(GroupSocket):
         if self.stream not in STREAMS:
             self.stream = None  # both
         self.budget = LineBudget(settings.TORUS_LIVE_MAX_LINES_PER_SECOND)
-        # subscribe first, then read: whatever is shipped meanwhile comes live (or twice,
-        # with the same attempt/stream/offset), never not at all
+        # subscribe first, then read: whatever is shipped meanwhile comes live, never not at
+        # all; a live line the backlog held is dropped (`seen`), so none shows twice
+        self.seen: dict[tuple[int, str], int] = {}
         await self.join(job_group(job.pk))
-        await self.send_json(await _backlog(job, tail, self.stream))
+        message, self.seen = await _backlog(job, tail, self.stream)
+        await self.send_json(message)
 
     async def still_allowed(self) -> bool:
         return await _still_may_follow(self.scope["actor"], self.job)
 
     async def log_lines(self, event):
-        lines = event["lines"]
-        if self.stream:
-            lines = [line for line in lines if line["stream"] == self.stream]
+        lines = [line for line in event["lines"] if self._new(line)]
         granted = self.budget.take(len(lines))
         if granted:
             await self.send_json({"type": "lines", "lines": lines[:granted]})
@@ -199,6 +208,16 @@ class JobLogConsumer(GroupSocket):
                     "first": {k: first[k] for k in ("attempt_number", "stream", "offset")},
                 }
             )
+
+    def _new(self, line: dict) -> bool:
+        """Of this viewer's stream(s), and past what it has (the backlog, earlier batches)."""
+        if self.stream and line["stream"] != self.stream:
+            return False
+        key = (line["attempt_number"], line["stream"])
+        if line["offset"] <= self.seen.get(key, -1):
+            return False
+        self.seen[key] = line["offset"]
+        return True
 
     async def log_metrics(self, event):
         await self.send_json({"type": "metrics", "points": event["points"]})

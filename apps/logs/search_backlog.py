@@ -1,5 +1,6 @@
-"""The websocket's opening message: a job's last lines from Elasticsearch and where its
-latest attempt's streams stand."""
+"""The websocket's opening message from Elasticsearch: a job's (or one attempt's) last lines,
+and where its latest attempt's streams stand. apps/logs/backlog.py chooses, per attempt,
+between these and the attempt's log source."""
 
 from elasticsearch import ApiError, TransportError
 
@@ -7,10 +8,10 @@ from apps.logs.es import client, index_pattern
 from apps.logs.models import LogCursor
 
 
-def last_lines(*, job, count: int, stream: str | None = None) -> list[dict]:
-    """The job's last `count` lines (of one stream, if given). Refreshes first, so every
-    batch Elasticsearch has acknowledged is included: a viewer subscribed before this call
-    misses nothing."""
+def last_lines(*, job, count: int, stream: str | None = None, attempt=None) -> list[dict]:
+    """The job's last `count` lines (of one stream, of one attempt, if given). Refreshes
+    first, so every batch Elasticsearch has acknowledged is included: a viewer subscribed
+    before this call misses nothing."""
     es, pattern = client(), index_pattern(job.tenant.slug)
     try:
         es.indices.refresh(index=pattern, ignore_unavailable=True, allow_no_indices=True)
@@ -24,6 +25,7 @@ def last_lines(*, job, count: int, stream: str | None = None) -> list[dict]:
                         {"term": {"tenant": str(job.tenant_id)}},
                         {"term": {"job": str(job.pk)}},
                         *([{"term": {"stream": stream}}] if stream else []),
+                        *([{"term": {"attempt": str(attempt.pk)}}] if attempt else []),
                     ]
                 }
             },
