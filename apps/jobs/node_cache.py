@@ -15,17 +15,20 @@ link planted in a subtree reaches nothing its user could not reach anyway.
 import logging
 import os
 import stat
-import subprocess
 from pathlib import Path
 
 from django.conf import settings
 
 from apps.compute.backends.stager import ID_RE
 from apps.compute.models import Cluster
+from apps.core.passes import Pass
 from apps.identity import privileged, tree
 from apps.jobs.datasets import NODE_RE
 
 logger = logging.getLogger(__name__)
+# the sweeps' failures (apps/core/passes.py): one item per node and per subtree; one that
+# cannot be read or swept is counted and logged once, and the sweep goes on with the rest
+PASS = Pass("node_cache")
 
 
 def _listing(root_fd: int, relative: str) -> list[tuple[str, os.stat_result]]:
@@ -94,10 +97,25 @@ def _evict_as_owner(
         return None
 
 
-def node_sweep(*, node_dir: Path, cap: int, needed: int = 0, slurm_conf: str = "") -> dict:
+def _problem(problems: dict | None, path: Path, error: Exception) -> None:
+    if problems is None:
+        logger.warning("dataset cache %s: not swept: %s", path, error)
+    else:
+        problems[str(path)] = error
+
+
+def node_sweep(
+    *,
+    node_dir: Path,
+    cap: int,
+    needed: int = 0,
+    slurm_conf: str = "",
+    problems: dict | None = None,
+) -> dict:
     """Evict the node's least recently used versions, whichever user's, until its cached bytes
     plus `needed` fit under `cap` (or nothing more can go: the rest are leased or being
-    staged). What it found and did."""
+    staged). What it found and did. A subtree that raises is left out (into `problems`,
+    {path: error}, when given; else logged) and the others are swept."""
     try:  # the node's directory from the cache root, itself no link
         node_fd = tree.open_beneath(node_dir.parent, node_dir.name, directory=True)
     except (FileNotFoundError, tree.TreeRefused, NotADirectoryError):
@@ -108,7 +126,11 @@ def node_sweep(*, node_dir: Path, cap: int, needed: int = 0, slurm_conf: str = "
         os.close(node_fd)
     before, queue = 0, []
     for path, _info in subtrees:
-        used, versions = _usage(path)
+        try:
+            used, versions = _usage(path)
+        except Exception as exc:  # this subtree's trouble: the others are swept
+            _problem(problems, path, exc)
+            continue
         before += used
         queue += [(mtime, str(path), version_id) for mtime, version_id in versions]
     queue.sort()
@@ -119,9 +141,13 @@ def node_sweep(*, node_dir: Path, cap: int, needed: int = 0, slurm_conf: str = "
         for _mtime, path, version_id in queue:
             if after + needed <= cap:
                 break
-            freed = _evict_as_owner(
-                Path(path), owners[Path(path)], version_id, slurm_conf=slurm_conf
-            )
+            try:
+                freed = _evict_as_owner(
+                    Path(path), owners[Path(path)], version_id, slurm_conf=slurm_conf
+                )
+            except Exception as exc:
+                _problem(problems, Path(path), exc)
+                freed = None
             if freed is not None:
                 after -= freed
                 evicted += 1
@@ -131,21 +157,25 @@ def node_sweep(*, node_dir: Path, cap: int, needed: int = 0, slurm_conf: str = "
 def cluster_sweep(*, cluster: Cluster, needed: int) -> None:
     """Before an attempt stages `needed` bytes: every node of the cluster under its cap (the
     nodes' caches are on this machine's disk here, as for `cache_dirs_ensure`). A node that
-    cannot be swept is logged, not fatal: its stager still keeps each user's own limit."""
+    cannot be swept, or a subtree of it, is counted and logged once (PASS), not fatal: its
+    stager still keeps each user's own limit."""
     cap = settings.TORUS_DATASET_CACHE_NODE_BYTES
     root = Path(settings.TORUS_DATASET_CACHE_ROOT)
     for name in cluster.nodes.values_list("name", flat=True):
         if not NODE_RE.match(name):
             continue
-        try:
+        outcome, problems = None, {}
+        with PASS.item(f"node:{cluster.name}/{name}", atomic=False):
             outcome = node_sweep(
                 node_dir=root / name,
                 cap=cap,
                 needed=needed,
                 slurm_conf=cluster.config.get("slurm_conf", ""),
+                problems=problems,
             )
-        except (OSError, subprocess.SubprocessError) as exc:
-            logger.warning("dataset cache of node %s not swept: %s", name, exc)
-            continue
-        if outcome["evicted_versions"]:
+        for path, error in problems.items():
+            PASS.failed(key=f"subtree:{path}", error=error)
+        below = f"subtree:{root / name}/"
+        PASS.forget(keys=[k for k in PASS.open() if k.startswith(below) and k[8:] not in problems])
+        if outcome is not None and outcome["evicted_versions"]:
             logger.info("dataset cache of node %s over its cap: %s", name, outcome)

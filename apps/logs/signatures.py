@@ -7,14 +7,18 @@ request per attempt (a `filters` aggregation, one filter per signature of the te
 from datetime import timedelta
 
 from django.conf import settings
+from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 from elasticsearch import ApiError, TransportError
 
+from apps.core.passes import Pass
 from apps.jobs.models import AttemptState, JobAttempt
 from apps.logs.es import client, index_pattern
 from apps.logs.models import FailureSignature, SignatureMatch, SignatureScan
 
+# the scan's failures (apps/core/passes.py), one item per attempt
+SCANS = Pass("signatures")
 FAILED = [
     AttemptState.FAILED,
     AttemptState.NODE_FAIL,
@@ -84,9 +88,17 @@ def scan_pending() -> int:
     """Scan what is ready; the number of attempts scanned (Elasticsearch down: 0, retried)."""
     scanned = 0
     for attempt in attempts_to_scan():
+        key = f"attempt:{attempt.pk}"
+        if SCANS.parked(key=key, base_seconds=5.0, max_seconds=600.0):
+            continue
         try:
-            scan_attempt(attempt)
-        except (ApiError, TransportError):
+            with transaction.atomic():
+                scan_attempt(attempt)
+        except (ApiError, TransportError):  # Elasticsearch's trouble: retried, not counted
             return scanned
+        except Exception as exc:  # this attempt's: counted, parked, the others scanned
+            SCANS.failed(key=key, error=exc)
+            continue
+        SCANS.succeeded(key=key)
         scanned += 1
     return scanned

@@ -5,9 +5,16 @@ import logging
 
 from celery import shared_task
 
+from apps.core.passes import Pass
 from apps.registry import services
+from apps.registry.models import DeliveryState
 
 logger = logging.getLogger(__name__)
+# Webhook deliveries' failures (apps/core/passes.py), one item per webhook: each delivery is its
+# own task (one failing target never holds up another's); a target whose tries fail is counted
+# and logged once, and cleared by its next delivered try. A delivery whose try raised keeps the
+# lease it took (next_attempt_at) and is sent again by webhook_sweep once that is over.
+PASS = Pass("webhooks")
 
 # A succeeded job's metrics come from its log lines: give the shipper this long to finish.
 SHIPPED_WAIT_TRIES = 60
@@ -43,9 +50,18 @@ def register_from_attempt(self, attempt_id: str) -> str:
 
 @shared_task(name="registry.deliver_webhook", acks_late=True)
 def deliver_webhook(delivery_id: str) -> str:
-    delivery, wait = services.delivery_try(delivery_id=delivery_id)
+    try:
+        delivery, wait = services.delivery_try(delivery_id=delivery_id)
+    except Exception as exc:  # (the sweep sends it again once its lease is over)
+        PASS.failed(key=f"delivery:{delivery_id}", error=exc)
+        return ""
     if delivery is None:
         return ""
+    PASS.succeeded(key=f"delivery:{delivery_id}")
+    if delivery.state == DeliveryState.SUCCEEDED:
+        PASS.succeeded(key=f"webhook:{delivery.webhook_id}")
+    else:
+        PASS.failed(key=f"webhook:{delivery.webhook_id}", error=delivery.error or "failed")
     if wait is not None:
         deliver_webhook.apply_async(args=[delivery_id], countdown=wait)
     return delivery.state
