@@ -4,6 +4,9 @@
 // Rows have one fixed height, so the visible window is arithmetic on scrollTop: a frame costs
 // the visible rows whatever the number held (a general virtualiser measures every row again
 // when the count changes, 60 times a second at 2,000 lines/s).
+// The lines live in a LineStore the page may own: lines that arrive before the view is drawn
+// (a finished job's whole backlog, when the socket answers before the job's details) are kept
+// and drawn when it mounts.
 import {
   forwardRef,
   useCallback,
@@ -28,10 +31,42 @@ export const isError = (l: Line) => l.level === "ERROR" || l.level === "CRITICAL
 
 export type LogViewHandle = { append: (lines: Line[]) => void; clear: () => void; count: () => number };
 
-export const LogView = forwardRef<LogViewHandle, { height?: number; filename?: string; initialFocus?: number }>(
-  function LogView({ height = 480, filename = "job.log", initialFocus }, ref) {
+/** The lines a log view draws, appended and cleared whether or not a view is mounted. */
+export class LineStore {
+  current: Line[] = [];
+  private listeners = new Set<() => void>();
+
+  append(batch: Line[]) {
+    const arr = this.current;
+    for (const l of batch) arr.push(l);
+    if (arr.length > MAX_LINES) arr.splice(0, arr.length - MAX_LINES + TRIM);
+    this.changed();
+  }
+
+  clear() {
+    this.current = [];
+    this.changed();
+  }
+
+  /** Calls `listener` after each change; returns the unsubscribe. */
+  subscribe(listener: () => void) {
+    this.listeners.add(listener);
+    return () => void this.listeners.delete(listener);
+  }
+
+  private changed() {
+    for (const listener of this.listeners) listener();
+  }
+}
+
+type LogViewProps = { height?: number; filename?: string; initialFocus?: number; store?: LineStore };
+
+export const LogView = forwardRef<LogViewHandle, LogViewProps>(
+  function LogView({ height = 480, filename = "job.log", initialFocus, store }, ref) {
     const { t } = useI18n();
-    const lines = useRef<Line[]>([]);
+    const own = useRef<LineStore | null>(null);
+    if (!store && !own.current) own.current = new LineStore();
+    const lines = (store ?? own.current)!;
     const [version, setVersion] = useState(0);
     const [follow, setFollow] = useState(true);
     const [query, setQuery] = useState("");
@@ -49,22 +84,21 @@ export const LogView = forwardRef<LogViewHandle, { height?: number; filename?: s
       });
     }, []);
 
+    // drawn again after each change of the store, and once now for what came before
+    useEffect(() => {
+      const unsubscribe = lines.subscribe(schedule);
+      schedule();
+      return unsubscribe;
+    }, [lines, schedule]);
+
     useImperativeHandle(
       ref,
       () => ({
-        append: (batch) => {
-          const arr = lines.current;
-          for (const l of batch) arr.push(l);
-          if (arr.length > MAX_LINES) arr.splice(0, arr.length - MAX_LINES + TRIM);
-          schedule();
-        },
-        clear: () => {
-          lines.current = [];
-          schedule();
-        },
+        append: (batch) => lines.append(batch),
+        clear: () => lines.clear(),
         count: () => lines.current.length,
       }),
-      [schedule],
+      [lines],
     );
 
     const count = lines.current.length;

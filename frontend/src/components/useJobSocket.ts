@@ -10,7 +10,7 @@ export type WsLine = {
   attempt_number: number;
   stream: string;
   offset: number;
-  timestamp: string;
+  timestamp: string | null; // null: a line read from an ended attempt's log that carries no time
   level: string | null;
   message: string;
 };

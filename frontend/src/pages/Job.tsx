@@ -1,4 +1,4 @@
-import { useEffect, useMemo, useRef, useState } from "react";
+import { useEffect, useMemo, useState } from "react";
 import { Link, useParams, useSearchParams } from "react-router-dom";
 import { App, Alert, Button, Card, Descriptions, Input, Popconfirm, Space, Table, Tabs, Tag, Timeline, Typography } from "antd";
 import { useQuery, useQueryClient } from "@tanstack/react-query";
@@ -6,7 +6,7 @@ import { api, unwrap, type JobDetail, type Schemas } from "../api/client";
 import { useI18n } from "../i18n";
 import { roleAllows, useSession } from "../session";
 import { ACTIVE_STATES, EmptyState, ErrorState, Loading, StateTag, fmtTime } from "../components/common";
-import { LogView, type LogViewHandle } from "../components/LogView";
+import { LineStore, LogView } from "../components/LogView";
 import { Chart } from "../components/Chart";
 import { HitContext } from "../components/HitContext";
 import { useJobSocket, type WsMessage } from "../components/useJobSocket";
@@ -38,7 +38,9 @@ export default function JobPage() {
   const { message } = App.useApp();
   const { me, tenants } = useSession();
   const qc = useQueryClient();
-  const logRef = useRef<LogViewHandle>(null);
+  // the job's lines, kept by the page: the socket may answer (a finished job: its whole log,
+  // at once) before the job's details have loaded and the log view is drawn
+  const logLines = useMemo(() => new LineStore(), [id]);
   const [liveState, setLiveState] = useState<{ state: string; reason: string } | null>(null);
   const [skipped, setSkipped] = useState(0);
   const [series, setSeries] = useState<Series>({});
@@ -85,12 +87,12 @@ export default function JobPage() {
   useJobSocket(id, (m: WsMessage) => {
     switch (m.type) {
       case "backlog":
-        logRef.current?.clear();
-        logRef.current?.append(m.lines.map((l) => ({ ...l, attempt: l.attempt_number })));
+        logLines.clear();
+        logLines.append(m.lines.map((l) => ({ ...l, attempt: l.attempt_number })));
         setLiveState({ state: m.state, reason: m.reason });
         break;
       case "lines":
-        logRef.current?.append(m.lines.map((l) => ({ ...l, attempt: l.attempt_number })));
+        logLines.append(m.lines.map((l) => ({ ...l, attempt: l.attempt_number })));
         break;
       case "metrics":
         setSeries((prev) => {
@@ -188,7 +190,7 @@ export default function JobPage() {
                   <Alert type="warning" message={`${skipped} ${t("job.skipped")}`} style={{ marginBottom: 8 }} />
                 )}
                 {params.get("hit") && <HitContext id={params.get("hit")!} />}
-                <LogView ref={logRef} filename={`${j.name}.log`} />
+                <LogView store={logLines} filename={`${j.name}.log`} />
               </>
             ),
           },
