@@ -26,6 +26,7 @@ from django.db import transaction
 from django.utils import timezone
 from rest_framework.exceptions import ValidationError
 
+from apps.core.passes import Pass, describe
 from apps.jobs.models import Job
 from apps.jobs.states import State
 from apps.serving import autoscale, replicas, routes, selectors
@@ -46,6 +47,8 @@ from apps.serving.services import (
 )
 
 logger = logging.getLogger(__name__)
+# the pass's failures (apps/core/passes.py), one item per deployment
+PASS = Pass("serving")
 
 
 @dataclass
@@ -60,12 +63,25 @@ def reconcile_all() -> int:
     ids = list(
         Deployment.objects.exclude(state=DeploymentState.STOPPED).values_list("pk", flat=True)
     )
-    for deployment_id in ids:
-        try:
+    for deployment_id in ids:  # one deployment's trouble does not stop the others'
+        # (no transaction around it: its replicas are observed without holding any lock)
+        with PASS.item(
+            f"deployment:{deployment_id}", on_failure=_unreconciled(deployment_id), atomic=False
+        ):
             reconcile_deployment(deployment_id=deployment_id)
-        except Exception:  # one deployment's trouble does not stop the others'
-            logger.exception("reconciling deployment %s", deployment_id)
     return len(ids)
+
+
+def _unreconciled(deployment_id):
+    """A deployment whose pass raised says so in its state_reason (its owner reads it); its
+    state and replicas are left as they were for the next pass."""
+
+    def mark(error) -> None:
+        Deployment.objects.filter(pk=deployment_id).exclude(state=DeploymentState.STOPPED).update(
+            state_reason=f"could not be reconciled: {describe(error)}"[:2000]
+        )
+
+    return mark
 
 
 def reconcile_deployment(*, deployment_id) -> None:
