@@ -135,6 +135,8 @@ def reconcile_cluster(*, cluster_id) -> dict:
             if result == "restarted":
                 stats["restarted"] += 1
 
+    _settle(tracked=tracked)
+
     def step(name: str):  # each by itself: one that raises keeps no other from running
         return PASS.item(f"{cluster.name}:{name}", atomic=False)
 
@@ -163,6 +165,25 @@ def reconcile_cluster(*, cluster_id) -> dict:
     for tenant_id in tenants_with_room:
         admit_tenant(tenant_id=tenant_id)
     return stats
+
+
+def _settle(*, tracked: list) -> None:
+    """Clear the open failures of attempts no longer followed (ended, failed by
+    _unreconciled, gone): no query while none is open."""
+    followed = {str(attempt.pk) for attempt in tracked}
+    keys = [
+        key
+        for key in PASS.open()
+        if key.startswith("attempt:") and key.removeprefix("attempt:") not in followed
+    ]
+    if not keys:
+        return
+    ids = _uuids(key.removeprefix("attempt:") for key in keys)
+    live = JobAttempt.objects.filter(
+        pk__in=ids, state__in=[AttemptState.SUBMITTED, AttemptState.RUNNING]
+    ).values_list("pk", flat=True)
+    live = {f"attempt:{pk}" for pk in live}  # (another cluster's)
+    PASS.forget(keys=[key for key in keys if key not in live])
 
 
 def _unreconciled(attempt_id):

@@ -77,9 +77,8 @@ def test_an_attempt_whose_state_cannot_be_applied_fails_after_some_passes_others
     logged = [r for r in caplog.records if key in r.getMessage() and r.levelname == "WARNING"]
     assert len(logged) == 1
     reconcile.PASS.open(fresh=True)
-    reconcile.reconcile_cluster(cluster_id=slurm_cluster.pk)  # no longer tracked: cleared
-    # (an ended attempt is no longer an item of the pass; its failure stays listed until
-    # cleared by hand or the job is purged: the job's reason says what happened)
+    reconcile.reconcile_cluster(cluster_id=slurm_cluster.pk)  # ended: no longer an item
+    assert not PassFailure.objects.filter(pass_name="reconcile", item_key=key).exists()
 
 
 def test_a_cluster_whose_backend_is_gone_under_a_job_keeps_no_other_cluster_waiting(
