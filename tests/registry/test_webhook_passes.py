@@ -10,7 +10,11 @@ from tests.registry.test_webhooks import add_hook, receiver, settled, wait_for  
 
 
 def test_a_failing_target_is_counted_and_a_working_one_delivered(
-    acme, models_area, celery_worker, receiver, settings  # noqa: F811
+    acme,
+    models_area,
+    celery_worker,
+    receiver,  # noqa: F811
+    settings,
 ):
     settings.TORUS_WEBHOOK_ALLOW_PRIVATE = True
     settings.TORUS_WEBHOOK_BACKOFF_SECONDS = 0
