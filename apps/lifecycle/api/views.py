@@ -13,7 +13,7 @@ from apps.lifecycle.purge import purge_request
 from apps.lifecycle.tasks import purge_run_task
 
 
-class PurgeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class PurgeViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
     permission_classes = [IsAdminUser]
     serializer_class = PurgeSerializer
     queryset = Purge.objects.select_related("requested_by").order_by("-created_at")
