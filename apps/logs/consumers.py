@@ -211,12 +211,15 @@ class JobLogConsumer(GroupSocket):
 
     def _new(self, line: dict) -> bool:
         """Of this viewer's stream(s), and past what it has (the backlog, earlier batches)."""
-        if self.stream and line["stream"] != self.stream:
+        if self.stream and line.get("stream") != self.stream:
             return False
-        key = (line["attempt_number"], line["stream"])
-        if line["offset"] <= self.seen.get(key, -1):
+        offset = line.get("offset")
+        if offset is None:  # not a shipped line (nothing to compare): shown
+            return True
+        key = (line.get("attempt_number"), line.get("stream"))
+        if offset <= self.seen.get(key, -1):
             return False
-        self.seen[key] = line["offset"]
+        self.seen[key] = offset
         return True
 
     async def log_metrics(self, event):
