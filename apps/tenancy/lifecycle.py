@@ -192,14 +192,18 @@ def delete_refusal(thing: models.Model) -> None:
 
 
 def archived_refusal(thing: models.Model) -> str | None:
-    """Why a write to this thing is refused, or None: it, or what it belongs to (its project,
-    dataset, model, deployment, tenant), is archived."""
-    for step in ("", "dataset", "model", "deployment", "project", "tenant"):
-        target = getattr(thing, step, None) if step else thing
-        if target is None or not hasattr(target, "archived_at"):
-            continue
-        if target.archived_at is not None:
-            return f"The {kind_of(target)} {confirm_name(target)} is archived (restore it first)."
+    """Why a write to this thing is refused, or None: it, or what it is in (a version's dataset
+    or model, their project; a thing outside any project: its tenant), is archived. What an
+    archive takes with it (a tenant's projects, a project's deployments) is archived itself."""
+    if getattr(thing, "archived_at", None) is not None:
+        return f"The {kind_of(thing)} {confirm_name(thing)} is archived (restore it first)."
+    if isinstance(thing, Project | Tenant):
+        return None
+    for parent in ("dataset", "model", "project"):
+        if getattr(thing, f"{parent}_id", None) is not None:
+            return archived_refusal(getattr(thing, parent))
+    if getattr(thing, "tenant_id", None) is not None:
+        return archived_refusal(thing.tenant)
     return None
 
 
