@@ -52,10 +52,8 @@ pytestmark = pytest.mark.usefixtures("own_helper")
 def world(db):
     """A tenant of its own (names no other test's directory groups, Slurm accounts or users
     share: a gid changed under a name the cluster's group cache holds would keep that name's
-    members out for GroupUpdateTime), its indices removed afterwards."""
-    world = make_world(f"pg{uuid.uuid4().hex[:8]}")
-    yield world
-    delete_tenant_indices(world.tenant.slug)
+    members out for GroupUpdateTime)."""
+    return make_world(f"pg{uuid.uuid4().hex[:8]}")
 
 
 def fresh_member(world, project) -> APIClient:
@@ -142,6 +140,7 @@ def history(world, slurm_cluster, s3_settings):  # noqa: F811
     group = PosixGroup.objects.get(project=project)
     yield {"job": job, "local": local, "remote": remote, "group": group}
     S3Storage().delete(prefix=f"{acme.tenant.slug}/{project.slug}/datasets")
+    delete_tenant_indices(acme.tenant.slug)
 
 
 def assert_purged(acme, history) -> None:
