@@ -321,3 +321,20 @@ def test_the_migration_retires_orphaned_project_groups(world):
     names = dict(PosixGroup.objects.values_list("gid", "name"))
     assert names[orphan.gid] == f"r-{orphan.gid}"
     assert names[kept.gid] == kept.name and names[tenant_group.gid] == tenant_group.name
+
+
+def test_the_command_archives_and_restores_a_tenant(world):
+    slug = world.tenant.slug
+    with pytest.raises(CommandError, match="confirm"):
+        call_command("torus_lifecycle", "archive", "tenant", slug, "--confirm", "wrong")
+    with pytest.raises(CommandError, match="no tenant"):
+        call_command("torus_lifecycle", "archive", "tenant", "nobody", "--confirm", "nobody")
+    out = io.StringIO()
+    call_command("torus_lifecycle", "archive", "tenant", slug, "--confirm", slug, stdout=out)
+    world.tenant.refresh_from_db()
+    assert world.tenant.archived_at is not None and f"archived tenant {slug}" in out.getvalue()
+    with pytest.raises(CommandError, match="already archived"):
+        call_command("torus_lifecycle", "archive", "tenant", slug, "--confirm", slug)
+    call_command("torus_lifecycle", "restore", "tenant", slug, stdout=io.StringIO())
+    world.tenant.refresh_from_db()
+    assert world.tenant.archived_at is None

@@ -16,6 +16,7 @@ from django.core.management.base import BaseCommand, CommandError
 from apps.core.exceptions import Conflict
 from apps.lifecycle.models import Kind, Purge
 from apps.lifecycle.purge import purge_request, purge_run
+from apps.tenancy.lifecycle import archive, restore
 from apps.tenancy.models import Tenant
 
 
@@ -62,21 +63,14 @@ class Command(BaseCommand):
             raise CommandError(f"no tenant {slug!r}")
         return tenant
 
-    def _services(self):
-        try:
-            from apps.lifecycle import services
-        except ImportError:
-            raise CommandError("the archive service (apps.lifecycle.services) is missing") from None
-        return services
-
     def do_archive(self, options):
         tenant = self._tenant(options["slug"])
-        self._services().archive(target=tenant, actor=None, confirm=options["confirm"])
+        archive(actor=None, thing=tenant, confirm=options["confirm"])
         self.stdout.write(f"archived tenant {tenant.slug}")
 
     def do_restore(self, options):
         tenant = self._tenant(options["slug"])
-        self._services().restore(target=tenant, actor=None)
+        restore(actor=None, thing=tenant)
         self.stdout.write(f"restored tenant {tenant.slug}")
 
     def _run(self, purge: Purge) -> None:
