@@ -32,6 +32,11 @@ class StorageError(Exception):
     something else): nothing was submitted; the dispatcher tries again on a later pass."""
 
 
+class OlderOwner(StorageError):
+    """A directory an older tenant or project left at the path: only an operator's purge
+    frees it, so the job is held with this reason rather than tried again in silence."""
+
+
 def tenant_root(tenant: Tenant) -> Path:
     return Path(settings.TORUS_JOB_ROOT) / tenant.slug
 
@@ -72,7 +77,7 @@ def _older_owner(path: Path, gid: int, what: str) -> None:
     half_made = info.st_uid == 0 and info.st_gid == 0 and info.st_mode & 0o777 == 0o700
     if stat.S_ISDIR(info.st_mode) and (info.st_gid == gid or half_made):
         return
-    raise StorageError(f"an older {what}'s directory is still at {path}; an operator must purge it")
+    raise OlderOwner(f"an older {what}'s directory is still at {path}; an operator must purge it")
 
 
 def project_tree_ensure(*, project: Project, tenant_gid: int, project_gid: int) -> Path:

@@ -25,7 +25,7 @@ from apps.compute.models import AcceleratorType, Cluster
 from apps.core.passes import Pass, describe
 from apps.identity.directory import DirectoryUnavailable
 from apps.identity.services import IdentityError, JobIdentity, job_identity
-from apps.identity.storage import StorageError, job_tree_ensure, project_tree_ensure
+from apps.identity.storage import OlderOwner, StorageError, job_tree_ensure, project_tree_ensure
 from apps.jobs import cluster_limits, paths
 from apps.jobs import submitted as submitted_write
 from apps.jobs.datasets import attempt_datasets_prepare, plan_path
@@ -395,6 +395,8 @@ def dispatch_cluster(
                     submission = build_submission(attempt, cluster, identity, resources=resources)
                 except (IdentityError, SubmitRejected) as exc:
                     return attempt.pk, None, SubmitRejected(str(exc))
+                except OlderOwner as exc:  # the user is told; an operator's purge frees it
+                    return attempt.pk, None, _Held(f"could not prepare its directory: {exc}")
                 except _NOT_NOW as exc:
                     return attempt.pk, None, _NotPrepared(str(exc))
                 except _Held as exc:

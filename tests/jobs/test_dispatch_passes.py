@@ -3,13 +3,16 @@ reason its user sees, counted and logged once, and every other tenant's job is d
 runs on the real Slurm cluster (issue 34: the wedge an orphaned group row caused)."""
 
 import logging
+import os
 import uuid
 
 from django.db import connection
 
 from apps.core.models import PassCounter, PassFailure
+from apps.identity import privileged
 from apps.identity.models import GroupKind, PosixGroup
 from apps.identity.services import _allocate, group_ensure, group_name
+from apps.identity.storage import project_root
 from apps.jobs import dispatch
 from apps.jobs.models import AttemptState, Job, JobAttempt
 from apps.tenancy.models import Role
@@ -113,3 +116,29 @@ def test_an_orphaned_group_row_does_not_wedge_the_cluster(acme, globex, slurm_cl
         assert attempt.state == AttemptState.SUBMITTED
     ended = drive(theirs)
     assert ended.state == "SUCCEEDED", (ended.state_reason, ended.attempts.get().reason)
+
+
+def test_an_older_projects_directory_holds_the_new_projects_job(acme, globex, slurm_cluster):
+    """A directory left at the project's path with another group (an older project's, not
+    purged): the job is held with the reason, never given the old files; others run."""
+    tenant_gid = group_ensure(tenant=acme.tenant).gid
+    old_gid = _allocate("gid")  # a group no row of this project holds
+    path = project_root(acme.project)
+    privileged.directories_make(
+        dirs=[
+            privileged.Directory(str(path.parent.parent), 0, 0, 0o755),
+            privileged.Directory(str(path.parent), 0, tenant_gid, 0o2750, platform_acl=True),
+            privileged.Directory(str(path), 0, old_gid, 0o2770),
+        ]
+    )
+    try:
+        held, fine = _job(acme), _job(globex)
+        dispatch.dispatch_cluster(cluster_id=slurm_cluster.pk)
+        job = Job.objects.get(pk=held)
+        assert job.state == "QUEUED", job.state_reason
+        assert job.state_reason.startswith("could not prepare its directory: an older project's")
+        assert _failure(held) is not None
+        assert os.lstat(path).st_gid == old_gid  # not taken over
+        assert drive(fine).state == "SUCCEEDED"
+    finally:
+        privileged.tree_remove(path=str(path))
