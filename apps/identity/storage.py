@@ -73,9 +73,10 @@ def _older_owner(path: Path, gid: int, what: str) -> None:
         return
     except OSError as exc:
         raise StorageError(f"cannot examine {path}: {exc.strerror}") from exc
-    # made by the helper but never handed over (root 0700): a helper cut short, finished now
-    half_made = info.st_uid == 0 and info.st_gid == 0 and info.st_mode & 0o777 == 0o700
-    if stat.S_ISDIR(info.st_mode) and (info.st_gid == gid or half_made):
+    # root's own group: never an older tenant's or project's (theirs carry their group), but
+    # made by root: the helper cut short before handing it over, or an operator; put right
+    by_root = info.st_uid == 0 and info.st_gid == 0
+    if stat.S_ISDIR(info.st_mode) and (info.st_gid == gid or by_root):
         return
     raise OlderOwner(f"an older {what}'s directory is still at {path}; an operator must purge it")
 
