@@ -398,6 +398,7 @@ SPECTACULAR_SETTINGS = {
         "ModelVersionStateEnum": "apps.registry.models.VersionState",
         "KvCacheTypeEnum": "apps.serving.models.KvCacheType",
         "EstimateKvCacheTypeEnum": "apps.serving.fit.KV_TYPE_NAMES",
+        "PurgeKindEnum": "apps.lifecycle.models.Kind",
     },
 }
 

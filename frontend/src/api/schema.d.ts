@@ -2653,15 +2653,6 @@ export interface components {
             name: string;
         };
         /**
-         * @description * `tenant` - Tenant
-         *     * `project` - Project
-         *     * `dataset` - Dataset
-         *     * `model` - Model
-         *     * `deployment` - Deployment
-         * @enum {string}
-         */
-        Kind397Enum: "tenant" | "project" | "dataset" | "model" | "deployment";
-        /**
          * @description * `f16` - F16
          *     * `q8_0` - Q8 0
          * @enum {string}
@@ -3390,7 +3381,7 @@ export interface components {
         Purge: {
             /** Format: uuid */
             readonly id: string;
-            readonly kind: components["schemas"]["Kind397Enum"];
+            readonly kind: components["schemas"]["PurgeKindEnum"];
             /** Format: uuid */
             readonly target_id: string;
             readonly target_repr: string;
@@ -3405,8 +3396,17 @@ export interface components {
             /** Format: date-time */
             readonly finished_at: string | null;
         };
+        /**
+         * @description * `tenant` - Tenant
+         *     * `project` - Project
+         *     * `dataset` - Dataset
+         *     * `model` - Model
+         *     * `deployment` - Deployment
+         * @enum {string}
+         */
+        PurgeKindEnum: "tenant" | "project" | "dataset" | "model" | "deployment";
         PurgeRequestRequest: {
-            kind: components["schemas"]["Kind397Enum"];
+            kind: components["schemas"]["PurgeKindEnum"];
             /** Format: uuid */
             id: string;
         };
