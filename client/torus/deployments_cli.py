@@ -288,7 +288,7 @@ def add_parsers(sub) -> None:
         ("show", cmd_show, "a deployment and its replicas"),
         ("events", cmd_events, "what happened to it (scaling decisions with their figures)"),
         ("logs", cmd_logs, "a replica's engine output"),
-        ("rm", cmd_rm, "stop its replicas and remove it"),
+        ("rm", cmd_rm, "remove one that never ran a replica (else: archive it)"),
     ):
         command = dsub.add_parser(name, help=text)
         command.add_argument("name", help="deployment name or id")

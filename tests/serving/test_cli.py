@@ -61,6 +61,10 @@ def test_deploy_list_chat_logs_scale_and_remove(env, acme, gguf_version, serving
     bad = run_cli("deploy", "tiny:1", "--name", "Bad Name", env=env)
     assert bad.returncode == 1 and "name" in bad.stderr
 
+    # it ran replicas: removing is refused with the reason, archiving (by name) stops it
     removed = run_cli("deployments", "rm", "tiny", env=env)
-    assert removed.returncode == 0 and "removed deployment tiny" in removed.stderr
-    assert not Deployment.objects.exists()
+    assert removed.returncode == 1 and "archive it instead" in removed.stderr, removed.stderr
+    archived = run_cli("deployments", "archive", "tiny", "--confirm", "tiny", env=env)
+    assert archived.returncode == 0 and "archived deployment tiny" in archived.stdout
+    deployment = Deployment.objects.get()
+    assert deployment.archived_at is not None and deployment.state == "STOPPED"
