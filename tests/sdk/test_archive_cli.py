@@ -3,15 +3,8 @@ HTTP: a name typed at a terminal (or --confirm in a script) confirms an archive,
 without --confirm is told so (nothing archived), the lists' --archived shows what the default
 hides, and the API's refusals (400 at confirm, 403, 409) are printed as the API says them."""
 
-import fcntl
 import json
-import os
-import select
 import subprocess
-import sys
-import termios
-import time
-from pathlib import Path
 
 import pytest
 
@@ -19,62 +12,21 @@ from apps.datasets.models import Dataset, DatasetVersion
 from apps.registry.models import RegisteredModel
 from apps.serving.models import Deployment
 from apps.tenancy.models import Project, Role
+from tests.sdk.cli import run_cli
+from tests.sdk.cli import run_cli_on_a_terminal as on_a_terminal
 from tests.serving.test_gateway import make_deployment
 from torus import Client, TorusError
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def cli(*args: str, url: str, token: str, stdin: str | None = "") -> subprocess.CompletedProcess:
     """The command with stdin a pipe (not a terminal), as in a script."""
-    return subprocess.run(
-        [sys.executable, "-m", "torus", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        input=stdin,
-        env={**os.environ, "TORUS_CONFIG": "/nonexistent", "TORUS_URL": url, "TORUS_TOKEN": token},
-    )
+    return run_cli(*args, url=url, token=token, stdin=stdin)
 
 
 def cli_on_a_terminal(*args: str, url: str, token: str, typed: str) -> tuple[int, str]:
-    """The command on a pseudo-terminal; `typed` is typed once it asks to confirm. Returns the
-    exit status and everything the terminal showed."""
-    primary, secondary = os.openpty()
-
-    def controlling_terminal():
-        os.setsid()
-        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "torus", *args],
-        cwd=ROOT,
-        stdin=secondary,
-        stdout=secondary,
-        stderr=secondary,
-        preexec_fn=controlling_terminal,
-        env={**os.environ, "TORUS_CONFIG": "/nonexistent", "TORUS_URL": url, "TORUS_TOKEN": token},
-    )
-    os.close(secondary)
-    shown, sent = b"", False
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([primary], [], [], 0.5)
-        if ready:
-            try:
-                chunk = os.read(primary, 4096)
-            except OSError:  # EIO: the command has closed the terminal
-                break
-            if not chunk:
-                break
-            shown += chunk
-        if not sent and b"to confirm: " in shown:
-            os.write(primary, typed.encode() + b"\r")
-            sent = True
-    os.close(primary)
-    return proc.wait(timeout=30), shown.decode(errors="replace")
+    return on_a_terminal(*args, url=url, token=token, typed=typed, prompt=b"to confirm: ")
 
 
 def archived(model, pk) -> bool:

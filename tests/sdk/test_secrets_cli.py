@@ -1,77 +1,23 @@
 """Project secrets from the SDK and the `torus secrets` command, against a live portal over real
 HTTP: values go in by stdin, a hidden prompt or a file (never argv) and never come back out."""
 
-import fcntl
 import json
-import os
-import select
-import subprocess
-import sys
-import termios
-import time
-from pathlib import Path
 
 import pytest
 
 from apps.secrets.crypto import decrypt
 from apps.secrets.models import ProjectSecret
 from apps.tenancy.models import Role
+from tests.sdk.cli import run_cli
+from tests.sdk.cli import run_cli_on_a_terminal as on_a_terminal
 from torus import Client, TorusError
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.django_db(transaction=True)
 VALUE = "hf_s3cr3t-Value-for-the-test"
 
 
-def run_cli(*args: str, token: str, url: str, stdin: str | None = None):
-    return subprocess.run(
-        [sys.executable, "-m", "torus", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        input=stdin,
-        env={**os.environ, "TORUS_CONFIG": "/nonexistent", "TORUS_URL": url, "TORUS_TOKEN": token},
-    )
-
-
 def run_cli_on_a_terminal(*args: str, token: str, url: str, typed: str) -> tuple[int, str]:
-    """The command with a pseudo-terminal as its controlling terminal and stdin/stdout/stderr;
-    `typed` is typed once the prompt shows. Returns the exit status and all the terminal
-    showed."""
-    primary, secondary = os.openpty()
-
-    def controlling_terminal():
-        os.setsid()
-        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "torus", *args],
-        cwd=ROOT,
-        stdin=secondary,
-        stdout=secondary,
-        stderr=secondary,
-        preexec_fn=controlling_terminal,
-        env={**os.environ, "TORUS_CONFIG": "/nonexistent", "TORUS_URL": url, "TORUS_TOKEN": token},
-    )
-    os.close(secondary)
-    shown, sent = b"", False
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([primary], [], [], 0.5)
-        if ready:
-            try:
-                chunk = os.read(primary, 4096)
-            except OSError:  # EIO: the command has closed the terminal
-                break
-            if not chunk:
-                break
-            shown += chunk
-        if not sent and b"(not shown)" in shown:
-            os.write(primary, typed.encode() + b"\r")
-            sent = True
-    os.close(primary)
-    return proc.wait(timeout=30), shown.decode(errors="replace")
+    return on_a_terminal(*args, token=token, url=url, typed=typed, prompt=b"(not shown)")
 
 
 def stored_value(project, name: str) -> str | None:

@@ -1,0 +1,71 @@
+"""The `torus` command run against a live portal: with stdin a pipe (as in a script), or on a
+pseudo-terminal that types an answer once a prompt shows."""
+
+import fcntl
+import os
+import select
+import subprocess
+import sys
+import termios
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _env(*, url: str, token: str) -> dict:
+    return {**os.environ, "TORUS_CONFIG": "/nonexistent", "TORUS_URL": url, "TORUS_TOKEN": token}
+
+
+def run_cli(
+    *args: str, url: str, token: str, stdin: str | None = None
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "torus", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        input=stdin,
+        env=_env(url=url, token=token),
+    )
+
+
+def run_cli_on_a_terminal(
+    *args: str, url: str, token: str, typed: str, prompt: bytes
+) -> tuple[int, str]:
+    """The command with a pseudo-terminal as its controlling terminal and stdin/stdout/stderr;
+    `typed` is typed once `prompt` shows. Returns the exit status and all the terminal showed."""
+    primary, secondary = os.openpty()
+
+    def controlling_terminal():
+        os.setsid()
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "torus", *args],
+        cwd=ROOT,
+        stdin=secondary,
+        stdout=secondary,
+        stderr=secondary,
+        preexec_fn=controlling_terminal,
+        env=_env(url=url, token=token),
+    )
+    os.close(secondary)
+    shown, sent = b"", False
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([primary], [], [], 0.5)
+        if ready:
+            try:
+                chunk = os.read(primary, 4096)
+            except OSError:  # EIO: the command has closed the terminal
+                break
+            if not chunk:
+                break
+            shown += chunk
+        if not sent and prompt in shown:
+            os.write(primary, typed.encode() + b"\r")
+            sent = True
+    os.close(primary)
+    return proc.wait(timeout=30), shown.decode(errors="replace")
