@@ -178,6 +178,64 @@ def test_slurmrestd_not_reached_falls_back_to_sbatch_one_that_timed_out_does_not
     assert slurm_jobs_tagged(attempt.tag) == []
 
 
+class _ResettingProxy:
+    """A TCP relay to slurmrestd that can reset the next request sent on a kept-alive
+    connection, as a slurmrestd restarted or timing out idle clients does."""
+
+    def __init__(self, target: tuple[str, int]):
+        self.target = target
+        self.reset_next = threading.Event()
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            threading.Thread(target=self._relay, args=(client, upstream), daemon=True).start()
+            threading.Thread(target=self._back, args=(upstream, client), daemon=True).start()
+
+    def _relay(self, client, upstream):
+        first = True
+        while data := client.recv(65536):
+            if not first and self.reset_next.is_set():
+                self.reset_next.clear()
+                client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\0\0\0\0\0\0\0")
+                client.close()
+                upstream.close()
+                return
+            first = False
+            upstream.sendall(data)
+
+    @staticmethod
+    def _back(upstream, client):
+        try:
+            while data := upstream.recv(65536):
+                client.sendall(data)
+        except OSError:
+            pass
+
+
+def test_a_read_on_a_connection_slurmrestd_reset_is_sent_again_a_write_is_not(slurm_cluster):
+    proxy = _ResettingProxy(("127.0.0.1", 16820))
+    slurm_cluster.config = {**slurm_cluster.config, "restd_url": f"http://127.0.0.1:{proxy.port}"}
+    backend = for_cluster(slurm_cluster)
+    backend.ping()  # the connection is now kept alive in the pool
+    proxy.reset_next.set()
+    backend.ping()  # reset on the kept connection: sent again on a fresh one
+    assert not proxy.reset_next.is_set()
+
+    # a write's outcome is unknown after a reset: it is not sent twice, the caller is told
+    proxy.reset_next.set()
+    with pytest.raises(ClusterUnavailable, match="slurmrestd"):
+        backend.clear_nice("999999")
+    proxy.server.close()
+
+
 def test_reconciler_rpcs_do_not_grow_with_the_number_of_jobs(acme, slurm_cluster):
     def rpcs_of_one_pass() -> tuple[int, int]:
         # The fewest over three passes: anything else reading the controller meanwhile can

@@ -226,9 +226,7 @@ class SlurmBackend:
         user = user or self.user
         headers = {"X-SLURM-USER-NAME": user, "X-SLURM-USER-TOKEN": self._token(user)}
         try:
-            response = self._client().request(
-                method, f"/slurm/{self.version}{path}", json=json, headers=headers
-            )
+            response = self._send(method, path, json=json, headers=headers)
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # never sent: nothing done
             raise _RestdUnreachable(f"slurmrestd at {self.url}: {exc}") from exc
         except httpx.HTTPError as exc:  # sent, perhaps done: the outcome is unknown
@@ -250,6 +248,17 @@ class SlurmBackend:
         if any(2000 <= n < 3000 or 9000 <= n < 10000 for n in numbers):
             raise SubmitRejected(message)
         raise ClusterUnavailable(f"slurmrestd: {message}")
+
+    def _send(self, method: str, path: str, *, json, headers: dict) -> httpx.Response:
+        """Send once; a read (GET) that met a pooled connection slurmrestd had closed (a reset,
+        an empty answer) is sent again once on a fresh one: it changes nothing."""
+        url = f"/slurm/{self.version}{path}"
+        try:
+            return self._client().request(method, url, json=json, headers=headers)
+        except (httpx.ReadError, httpx.RemoteProtocolError):
+            if method != "GET":
+                raise
+        return self._client().request(method, url, json=json, headers=headers)
 
     def _run(self, argv: list[str]) -> str:
         """One of the platform's own Slurm commands (sacct, sacctmgr), as the calling process
