@@ -4,7 +4,6 @@ versions, diff, downloads; errors are messages, never tracebacks."""
 import hashlib
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import httpx
@@ -13,10 +12,10 @@ import pytest
 from apps.datasets.models import DatasetVersion
 from apps.datasets.tasks import project_storage_ensure
 from apps.tenancy.models import Role
+from tests.sdk.cli import run_cli
 from torus import Client
 from torus.datasets_cli import upload_directory
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
@@ -27,14 +26,7 @@ def env(acme, asgi_server):
 
 
 def torus(*args: str, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "torus", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "TORUS_CONFIG": "/nonexistent", **env},
-    )
+    return run_cli(*args, env=env, timeout=120)
 
 
 def _tree(root: Path, files: dict[str, bytes]) -> Path:

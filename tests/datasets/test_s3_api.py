@@ -5,9 +5,7 @@ presigned URL fetched with plain httpx."""
 import io
 import os
 import subprocess
-import sys
 import tarfile
-from pathlib import Path
 
 import httpx
 import pytest
@@ -28,8 +26,7 @@ from tests.datasets.conftest import (
     version_url,
 )
 from tests.datasets.test_s3_storage import PART, s3_settings  # noqa: F401 (fixture)
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.sdk.cli import cli_env, run_cli
 
 
 @pytest.fixture
@@ -130,22 +127,10 @@ def test_readyz_names_s3_when_it_does_not_answer(settings):
 
 @pytest.mark.django_db(transaction=True)
 def test_the_cli_uploads_to_s3_and_downloads_a_file_and_the_version(acme_s3, asgi_server, tmp_path):
-    env = {
-        **os.environ,
-        "TORUS_CONFIG": "/nonexistent",
-        "TORUS_URL": asgi_server.url,
-        "TORUS_TOKEN": acme_s3.tokens[Role.MEMBER],
-    }
+    env = cli_env(url=asgi_server.url, token=acme_s3.tokens[Role.MEMBER])
 
     def torus(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "torus", *args],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env=env,
-        )
+        return run_cli(*args, env=env, timeout=300)
 
     data = tmp_path / "data"
     (data / "x").mkdir(parents=True)

@@ -36,7 +36,7 @@ from tests.logs.conftest import es, shipper_loop  # noqa: F401  (fixtures)
 from tests.registry.conftest import globex_area, models_area  # noqa: F401  (fixtures)
 from tests.registry.test_api import create_model, models_url, upload_version
 from tests.registry.test_register_on_success import wait_for_version
-from tests.sdk.test_client_and_cli import run_cli
+from tests.sdk.cli import run_cli
 
 ROWS = 300
 IN_DIM = 16

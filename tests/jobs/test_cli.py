@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from apps.tenancy.models import Role
-from tests.sdk.test_client_and_cli import run_cli
+from tests.sdk.cli import run_cli
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ served by uvicorn, real Slurm jobs, the shipper and the Redis channel layer."""
 import time
 
 from apps.tenancy.models import Role
-from tests.sdk.test_client_and_cli import run_cli
+from tests.sdk.cli import run_cli
 from torus import Client, TorusError
 
 TICKER = "for i in $(seq 1 40); do echo tick $i; echo warn $i >&2; sleep 0.1; done"

@@ -91,7 +91,7 @@ def test_a_signature_needs_a_query_and_a_unique_name(acme):
 
 @pytest.mark.django_db(transaction=True)
 def test_cli_searches_logs_across_jobs(es, live_server, acme, cluster, logs_dir):
-    from tests.sdk.test_client_and_cli import run_cli
+    from tests.sdk.cli import run_cli
 
     failed_job(acme, cluster, logs_dir, "train-z", "NCCL error: remote process exited\n")
     ship_pass()

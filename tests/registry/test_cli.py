@@ -9,7 +9,7 @@ import pytest
 
 from apps.registry.models import ModelVersion
 from apps.tenancy.models import Role
-from tests.sdk.test_client_and_cli import run_cli
+from tests.sdk.cli import run_cli
 from torus import Client
 from torus.models_cli import upload_file
 

@@ -13,27 +13,31 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _env(*, url: str, token: str) -> dict:
-    return {**os.environ, "TORUS_CONFIG": "/nonexistent", "TORUS_URL": url, "TORUS_TOKEN": token}
+def cli_env(*, url: str, token: str) -> dict:
+    """The variables that point the command at a portal as a token's holder."""
+    return {"TORUS_URL": url, "TORUS_TOKEN": token}
+
+
+def _env(env: dict | None) -> dict:
+    return {**os.environ, "TORUS_CONFIG": "/nonexistent", **(env or {})}
 
 
 def run_cli(
-    *args: str, url: str, token: str, stdin: str | None = None
+    *args: str, env: dict | None = None, stdin: str | None = None, timeout: int = 60
 ) -> subprocess.CompletedProcess:
+    """`torus *args` with stdin a pipe, no saved profile, and `env` over this process's."""
     return subprocess.run(
         [sys.executable, "-m", "torus", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=timeout,
         input=stdin,
-        env=_env(url=url, token=token),
+        env=_env(env),
     )
 
 
-def run_cli_on_a_terminal(
-    *args: str, url: str, token: str, typed: str, prompt: bytes
-) -> tuple[int, str]:
+def run_cli_on_a_terminal(*args: str, env: dict, typed: str, prompt: bytes) -> tuple[int, str]:
     """The command with a pseudo-terminal as its controlling terminal and stdin/stdout/stderr;
     `typed` is typed once `prompt` shows. Returns the exit status and all the terminal showed."""
     primary, secondary = os.openpty()
@@ -49,7 +53,7 @@ def run_cli_on_a_terminal(
         stdout=secondary,
         stderr=secondary,
         preexec_fn=controlling_terminal,
-        env=_env(url=url, token=token),
+        env=_env(env),
     )
     os.close(secondary)
     shown, sent = b"", False

@@ -12,7 +12,7 @@ from apps.datasets.models import Dataset, DatasetVersion
 from apps.registry.models import RegisteredModel
 from apps.serving.models import Deployment
 from apps.tenancy.models import Project, Role
-from tests.sdk.cli import run_cli
+from tests.sdk.cli import cli_env, run_cli
 from tests.sdk.cli import run_cli_on_a_terminal as on_a_terminal
 from tests.serving.test_gateway import make_deployment
 from torus import Client, TorusError
@@ -22,11 +22,13 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def cli(*args: str, url: str, token: str, stdin: str | None = "") -> subprocess.CompletedProcess:
     """The command with stdin a pipe (not a terminal), as in a script."""
-    return run_cli(*args, url=url, token=token, stdin=stdin)
+    return run_cli(*args, env=cli_env(url=url, token=token), stdin=stdin)
 
 
 def cli_on_a_terminal(*args: str, url: str, token: str, typed: str) -> tuple[int, str]:
-    return on_a_terminal(*args, url=url, token=token, typed=typed, prompt=b"to confirm: ")
+    return on_a_terminal(
+        *args, env=cli_env(url=url, token=token), typed=typed, prompt=b"to confirm: "
+    )
 
 
 def archived(model, pk) -> bool:

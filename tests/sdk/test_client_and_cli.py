@@ -1,7 +1,6 @@
 """The SDK and CLI against a live portal over real HTTP."""
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -9,21 +8,11 @@ from pathlib import Path
 import pytest
 
 from apps.tenancy.models import Project, Role
+from tests.sdk.cli import run_cli
 from torus import Client, TorusError
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "torus", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "TORUS_CONFIG": "/nonexistent", **(env or {})},
-    )
 
 
 def test_sdk_reads_and_writes(live_server, acme):

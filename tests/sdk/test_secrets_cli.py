@@ -8,7 +8,7 @@ import pytest
 from apps.secrets.crypto import decrypt
 from apps.secrets.models import ProjectSecret
 from apps.tenancy.models import Role
-from tests.sdk.cli import run_cli
+from tests.sdk.cli import cli_env, run_cli
 from tests.sdk.cli import run_cli_on_a_terminal as on_a_terminal
 from torus import Client, TorusError
 
@@ -17,7 +17,9 @@ VALUE = "hf_s3cr3t-Value-for-the-test"
 
 
 def run_cli_on_a_terminal(*args: str, token: str, url: str, typed: str) -> tuple[int, str]:
-    return on_a_terminal(*args, token=token, url=url, typed=typed, prompt=b"(not shown)")
+    return on_a_terminal(
+        *args, env=cli_env(url=url, token=token), typed=typed, prompt=b"(not shown)"
+    )
 
 
 def stored_value(project, name: str) -> str | None:
@@ -86,28 +88,37 @@ def test_cli_set_from_piped_stdin_then_ls_and_rm(live_server, acme):
         "HF_TOKEN",
         "--project",
         "acme-proj",
-        token=token,
-        url=url,
+        env=cli_env(url=url, token=token),
         stdin=VALUE + "\n",
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "created HF_TOKEN (version 1) in acme-proj"
     assert stored_value(acme.project, "HF_TOKEN") == VALUE  # echo's newline dropped
     again = run_cli(
-        "secrets", "set", "HF_TOKEN", "--project", "acme-proj", token=token, url=url, stdin="second"
+        "secrets",
+        "set",
+        "HF_TOKEN",
+        "--project",
+        "acme-proj",
+        env=cli_env(url=url, token=token),
+        stdin="second",
     )
     assert again.returncode == 0 and "replaced HF_TOKEN (version 2)" in again.stdout
-    table = run_cli("secrets", "ls", "--project", "acme-proj", token=token, url=url)
+    table = run_cli("secrets", "ls", "--project", "acme-proj", env=cli_env(url=url, token=token))
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
     assert lines[0].split() == ["NAME", "VERSION", "UPDATED_AT", "UPDATED_BY"]
     assert lines[1].split()[:2] == ["HF_TOKEN", "2"] and "acme-member" in lines[1]
-    as_json = run_cli("--json", "secrets", "ls", "--project", "acme-proj", token=token, url=url)
+    as_json = run_cli(
+        "--json", "secrets", "ls", "--project", "acme-proj", env=cli_env(url=url, token=token)
+    )
     rows = json.loads(as_json.stdout)
     assert [r["name"] for r in rows] == ["HF_TOKEN"] and "value" not in rows[0]
     for out in (done, again, table, as_json):
         assert VALUE not in out.stdout + out.stderr and "second" not in out.stdout + out.stderr
-    gone = run_cli("secrets", "rm", "HF_TOKEN", "--project", "acme-proj", token=token, url=url)
+    gone = run_cli(
+        "secrets", "rm", "HF_TOKEN", "--project", "acme-proj", env=cli_env(url=url, token=token)
+    )
     assert gone.returncode == 0 and gone.stdout.strip() == "deleted HF_TOKEN from acme-proj"
     assert stored_value(acme.project, "HF_TOKEN") is None
 
@@ -123,8 +134,7 @@ def test_cli_set_from_file_keeps_the_text_exactly(live_server, acme, tmp_path):
         "acme-proj",
         "--from-file",
         str(tmp_path / "key.pem"),
-        token=acme.tokens[Role.MEMBER],
-        url=live_server.url,
+        env=cli_env(url=live_server.url, token=acme.tokens[Role.MEMBER]),
     )
     assert done.returncode == 0, done.stderr
     assert stored_value(acme.project, "SSH_KEY") == pem
@@ -137,8 +147,7 @@ def test_cli_set_from_file_keeps_the_text_exactly(live_server, acme, tmp_path):
         "acme-proj",
         "--from-file",
         str(tmp_path / "big"),
-        token=acme.tokens[Role.MEMBER],
-        url=live_server.url,
+        env=cli_env(url=live_server.url, token=acme.tokens[Role.MEMBER]),
     )
     assert big.returncode == 1 and "64 KiB" in big.stderr and "Traceback" not in big.stderr
     assert stored_value(acme.project, "BIG") is None
@@ -172,17 +181,29 @@ def test_cli_never_takes_the_value_on_the_command_line(live_server, acme):
         "acme-proj",
         "--value",
         VALUE,
-        token=token,
-        url=url,
+        env=cli_env(url=url, token=token),
         stdin="",
     )
     positional = run_cli(
-        "secrets", "set", "A", VALUE, "--project", "acme-proj", token=token, url=url, stdin=""
+        "secrets",
+        "set",
+        "A",
+        VALUE,
+        "--project",
+        "acme-proj",
+        env=cli_env(url=url, token=token),
+        stdin="",
     )
     for refused in (flag, positional):
         assert refused.returncode == 2 and "unrecognized arguments" in refused.stderr
     allowed = run_cli(
-        "secrets", "set", "A", "--project", "acme-proj", token=token, url=url, stdin=VALUE
+        "secrets",
+        "set",
+        "A",
+        "--project",
+        "acme-proj",
+        env=cli_env(url=url, token=token),
+        stdin=VALUE,
     )
     assert allowed.returncode == 0, allowed.stderr
     assert stored_value(acme.project, "A") == VALUE
@@ -191,7 +212,13 @@ def test_cli_never_takes_the_value_on_the_command_line(live_server, acme):
 def test_cli_errors_are_one_line_messages_and_nothing_is_stored(live_server, acme):
     token, url = acme.tokens[Role.MEMBER], live_server.url
     bad_name = run_cli(
-        "secrets", "set", "NOT-A-NAME", "--project", "acme-proj", token=token, url=url, stdin=VALUE
+        "secrets",
+        "set",
+        "NOT-A-NAME",
+        "--project",
+        "acme-proj",
+        env=cli_env(url=url, token=token),
+        stdin=VALUE,
     )
     assert bad_name.returncode == 1 and "name:" in bad_name.stderr
     too_big = run_cli(
@@ -200,19 +227,29 @@ def test_cli_errors_are_one_line_messages_and_nothing_is_stored(live_server, acm
         "HUGE",
         "--project",
         "acme-proj",
-        token=token,
-        url=url,
+        env=cli_env(url=url, token=token),
         stdin="x" * (64 * 1024 + 1),
     )
     assert too_big.returncode == 1 and "value" in too_big.stderr
     empty = run_cli(
-        "secrets", "set", "EMPTY", "--project", "acme-proj", token=token, url=url, stdin="\n"
+        "secrets",
+        "set",
+        "EMPTY",
+        "--project",
+        "acme-proj",
+        env=cli_env(url=url, token=token),
+        stdin="\n",
     )
     assert empty.returncode == 1 and "no value given" in empty.stderr
-    no_project = run_cli("secrets", "ls", "--project", "nope", token=token, url=url)
+    no_project = run_cli("secrets", "ls", "--project", "nope", env=cli_env(url=url, token=token))
     assert no_project.returncode == 1 and "no single project with slug 'nope'" in no_project.stderr
     viewer = run_cli(
-        "secrets", "rm", "X", "--project", "acme-proj", token=acme.tokens[Role.VIEWER], url=url
+        "secrets",
+        "rm",
+        "X",
+        "--project",
+        "acme-proj",
+        env=cli_env(url=url, token=acme.tokens[Role.VIEWER]),
     )
     assert viewer.returncode == 1 and viewer.stderr.startswith("torus: ")
     for out in (bad_name, too_big, empty, no_project, viewer):
@@ -225,8 +262,7 @@ def test_cli_errors_are_one_line_messages_and_nothing_is_stored(live_server, acm
         "HUGE",
         "--project",
         "acme-proj",
-        token=token,
-        url=url,
+        env=cli_env(url=url, token=token),
         stdin="x" * (64 * 1024),
     )  # allowed: exactly 64 KiB
     assert ok.returncode == 0, ok.stderr

@@ -7,7 +7,7 @@ import pytest
 
 from apps.serving.models import Deployment
 from apps.tenancy.models import Role
-from tests.sdk.test_client_and_cli import run_cli
+from tests.sdk.cli import run_cli
 from tests.serving.conftest import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
