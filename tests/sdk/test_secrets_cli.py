@@ -81,44 +81,25 @@ def test_sdk_bad_name_is_refused_naming_the_field_before_any_request(live_server
 
 
 def test_cli_set_from_piped_stdin_then_ls_and_rm(live_server, acme):
-    token, url = acme.tokens[Role.MEMBER], live_server.url
-    done = run_cli(
-        "secrets",
-        "set",
-        "HF_TOKEN",
-        "--project",
-        "acme-proj",
-        env=cli_env(url=url, token=token),
-        stdin=VALUE + "\n",
-    )
+    env = cli_env(url=live_server.url, token=acme.tokens[Role.MEMBER])
+    set_hf = ("secrets", "set", "HF_TOKEN", "--project", "acme-proj")
+    done = run_cli(*set_hf, env=env, stdin=VALUE + "\n")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "created HF_TOKEN (version 1) in acme-proj"
     assert stored_value(acme.project, "HF_TOKEN") == VALUE  # echo's newline dropped
-    again = run_cli(
-        "secrets",
-        "set",
-        "HF_TOKEN",
-        "--project",
-        "acme-proj",
-        env=cli_env(url=url, token=token),
-        stdin="second",
-    )
+    again = run_cli(*set_hf, env=env, stdin="second")
     assert again.returncode == 0 and "replaced HF_TOKEN (version 2)" in again.stdout
-    table = run_cli("secrets", "ls", "--project", "acme-proj", env=cli_env(url=url, token=token))
+    table = run_cli("secrets", "ls", "--project", "acme-proj", env=env)
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
     assert lines[0].split() == ["NAME", "VERSION", "UPDATED_AT", "UPDATED_BY"]
     assert lines[1].split()[:2] == ["HF_TOKEN", "2"] and "acme-member" in lines[1]
-    as_json = run_cli(
-        "--json", "secrets", "ls", "--project", "acme-proj", env=cli_env(url=url, token=token)
-    )
+    as_json = run_cli("--json", "secrets", "ls", "--project", "acme-proj", env=env)
     rows = json.loads(as_json.stdout)
     assert [r["name"] for r in rows] == ["HF_TOKEN"] and "value" not in rows[0]
     for out in (done, again, table, as_json):
         assert VALUE not in out.stdout + out.stderr and "second" not in out.stdout + out.stderr
-    gone = run_cli(
-        "secrets", "rm", "HF_TOKEN", "--project", "acme-proj", env=cli_env(url=url, token=token)
-    )
+    gone = run_cli("secrets", "rm", "HF_TOKEN", "--project", "acme-proj", env=env)
     assert gone.returncode == 0 and gone.stdout.strip() == "deleted HF_TOKEN from acme-proj"
     assert stored_value(acme.project, "HF_TOKEN") is None
 
