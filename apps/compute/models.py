@@ -28,7 +28,7 @@ class AcceleratorType(BaseModel):
     resource_name = models.CharField(max_length=100, blank=True, default="")
     visible_devices_env = models.CharField(max_length=64, blank=True, default="")
     # MiB of one device by type (Slurm's GRES type, e.g. {"h100": 81559, "a100-40gb": 40960});
-    # "" for a device asked for without a type. The fit estimate (apps/serving/fit.py) reads it.
+    # "" for a device asked for without a type. The fit estimate (apps/compute/fit.py) reads it.
     memory_mb = models.JSONField(default=dict, blank=True)
 
     class Meta:

@@ -18,7 +18,7 @@ import pytest
 from kubernetes import client
 
 from apps.compute.backends.base import SubmitRejected
-from apps.compute.backends.kubernetes import manifests, names
+from apps.compute.backends.kubernetes import manifests, names, places
 from apps.compute.backends.kubernetes.backend import KubernetesBackend
 from apps.compute.backends.kubernetes.client import ApiError, KubeClient
 from apps.compute.backends.kubernetes.watch import SELECTORS
@@ -109,10 +109,10 @@ def test_every_manifest_kind_passes_the_apiservers_schema_strictly(k8s, kube_env
     indexed = manifests.job(settings=s, submission=k8s.sub(nodes=2))[1]
     objects = [
         *b.place_objects(tenant=k8s.tenant, project=k8s.project),
-        manifests.cluster_queue(
+        places.cluster_queue(
             settings=s, tenant=k8s.tenant, pools=[k8s.pool], resources=["nvidia.com/gpu"], gpus=8
         ),
-        manifests.resource_quota(namespace=ns, resource="nvidia.com/gpu", gpus=8),
+        places.resource_quota(namespace=ns, resource="nvidia.com/gpu", gpus=8),
         single,
         indexed,
         manifests.service(job=indexed, owner_uid=str(uuid.uuid4())),
@@ -404,7 +404,7 @@ def test_tenants_are_kept_apart(k8s, kube_admin):
             b.submit(k8s.sub(working_dir=f"{k8s.job_root}/{other}/vision/jobs/1"))
         assert caught.value.field == "working_dir"
         # the other tenant's volume is bound ahead to its own claim: a claim here cannot take it
-        claim = manifests.persistent_volume_claim(
+        claim = places.persistent_volume_claim(
             settings=b.settings, tenant=k8s.tenant, project="vision", namespace=mine
         )
         claim["metadata"]["name"] = "steal"

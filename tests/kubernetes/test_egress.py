@@ -16,7 +16,7 @@ import pytest
 from django.core.cache import cache
 from kubernetes import client
 
-from apps.compute.backends.kubernetes import manifests, names
+from apps.compute.backends.kubernetes import manifests, names, places
 from apps.compute.backends.kubernetes.backend import KubernetesBackend
 from apps.compute.backends.kubernetes.client import KubeClient
 from apps.compute.backends.kubernetes.settings import KubeSettings
@@ -54,7 +54,7 @@ def blocks_of(policy: dict) -> dict[str, list[str]]:
 
 def test_the_policy_allows_dns_own_pods_and_the_internet_less_the_denied_networks():
     s = settings_of(egress_deny_cidrs=PLATFORM)
-    policy = manifests.egress_policy(
+    policy = places.egress_policy(
         settings=s, namespace="torus-acme", apiserver=["10.96.0.1/32", "192.0.2.2/32"]
     )
     assert policy["metadata"]["name"] == "torus-egress"
@@ -70,7 +70,7 @@ def test_the_policy_allows_dns_own_pods_and_the_internet_less_the_denied_network
         "::/0": ["::1/128", "fd00:ec2::254/128"],
     }  # fmt: skip
     # the control: without the platform's networks, only the apiserver and the metadata
-    bare = manifests.egress_policy(settings=settings_of(), namespace="n", apiserver=["10.96.0.1"])
+    bare = places.egress_policy(settings=settings_of(), namespace="n", apiserver=["10.96.0.1"])
     assert blocks_of(bare) == {
         "0.0.0.0/0": ["10.96.0.1/32", "169.254.169.254/32"],
         "::/0": ["fd00:ec2::254/128"],
@@ -82,13 +82,13 @@ def test_an_allowlist_keeps_only_its_networks_and_never_a_denied_one():
         egress_allow_cidrs=["10.0.0.0/8", "169.254.0.0/16", "198.51.100.0/24"],
         egress_deny_cidrs=["198.51.100.0/23"],  # holds the third allowed network whole
     )
-    policy = manifests.egress_policy(settings=s, namespace="n", apiserver=["10.96.0.1/32"])
+    policy = places.egress_policy(settings=s, namespace="n", apiserver=["10.96.0.1/32"])
     assert blocks_of(policy) == {
         "10.0.0.0/8": ["10.96.0.1/32"],
         "169.254.0.0/16": ["169.254.169.254/32"],
     }
     # no allowed network at all: DNS and the namespace's own pods, nothing else
-    closed = manifests.egress_policy(
+    closed = places.egress_policy(
         settings=settings_of(egress_allow_cidrs=[]), namespace="n", apiserver=["10.96.0.1/32"]
     )
     assert closed["spec"]["egress"] == [DNS_RULE, OWN_PODS_RULE]
@@ -183,7 +183,7 @@ def test_every_tenant_namespace_gets_the_egress_policy(place, kube_admin):
     apiserver = apiserver_networks(kube_admin)
     assert apiserver  # the Service's cluster IP at least
     assert sorted(backend.apiserver_addresses()) == sorted(apiserver)  # read by the platform
-    denied = {*PLATFORM, *apiserver, *manifests.METADATA_CIDRS}
+    denied = {*PLATFORM, *apiserver, *places.METADATA_CIDRS}
     core = client.CoreV1Api(kube_admin)
     for tenant, ns in namespaces.items():
         policy = policy_of(kube_admin, ns, "torus-egress")
@@ -220,8 +220,8 @@ def test_an_existing_namespace_gets_it_on_the_next_pass_and_a_pass_changes_nothi
     ns = manifests.namespace_name(settings=backend.settings, tenant=tenant, project="vision")
     kube = KubeClient(backend.settings)
     # a namespace provisioned before egress policies: its namespace and ingress policy only
-    kube.apply(manifests.namespace(name=ns, tenant=tenant, project=None))
-    kube.apply(manifests.network_policy(namespace=ns))
+    kube.apply(places.namespace(name=ns, tenant=tenant, project=None))
+    kube.apply(places.network_policy(namespace=ns))
     netpol = client.NetworkingV1Api(kube_admin)
     names_before = {p.metadata.name for p in netpol.list_namespaced_network_policy(ns).items}
     assert names_before == {"torus-default-deny"}

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from apps.compute.backends.base import Submission, SubmitRejected
-from apps.compute.backends.kubernetes import manifests, names
+from apps.compute.backends.kubernetes import manifests, names, places
 from apps.compute.backends.kubernetes.settings import KubeSettings
 
 SETTINGS = KubeSettings(
@@ -172,10 +172,10 @@ def test_bad_values_are_refused_naming_the_field(overrides, field):
 
 
 def test_project_tree_is_bound_to_one_claim_in_the_tenants_namespace():
-    pv = manifests.persistent_volume(
+    pv = places.persistent_volume(
         settings=SETTINGS, tenant="acme", project="vision", namespace="torus-acme"
     )
-    pvc = manifests.persistent_volume_claim(
+    pvc = places.persistent_volume_claim(
         settings=SETTINGS, tenant="acme", project="vision", namespace="torus-acme"
     )
     assert pv["spec"]["hostPath"]["path"] == "/srv/torus/jobs/acme/vision"
@@ -199,7 +199,7 @@ def test_namespace_per_project_and_long_names_stay_labels():
 
 
 def test_quota_objects():
-    cq = manifests.cluster_queue(
+    cq = places.cluster_queue(
         settings=SETTINGS, tenant="acme", pools=["pool-a"], resources=["nvidia.com/gpu"], gpus=8
     )
     flavor = cq["spec"]["resourceGroups"][0]["flavors"][0]
@@ -207,13 +207,13 @@ def test_quota_objects():
     assert {"name": "nvidia.com/gpu", "nominalQuota": "8", "borrowingLimit": "0"} in flavor[
         "resources"
     ]
-    assert manifests.gpu_limit_of(cq) == 8
+    assert places.gpu_limit_of(cq) == 8
     assert cq["spec"]["namespaceSelector"] == {"matchLabels": {"torus.io/tenant": "acme"}}
-    rq = manifests.resource_quota(namespace="torus-acme", resource="nvidia.com/gpu", gpus=8)
+    rq = places.resource_quota(namespace="torus-acme", resource="nvidia.com/gpu", gpus=8)
     assert rq["spec"]["hard"] == {"requests.nvidia.com/gpu": "8"}
-    assert manifests.resource_quota(namespace="n", resource="nvidia.com/gpu", gpus=None)[
-        "spec"
-    ] == {"hard": {}}
+    assert places.resource_quota(namespace="n", resource="nvidia.com/gpu", gpus=None)["spec"] == {
+        "hard": {}
+    }
 
 
 def test_settings_refuse_bad_config():

@@ -6,7 +6,8 @@ import uuid
 import pytest
 
 from apps.compute.backends.kubernetes.settings import KubeSettings
-from apps.compute.backends.kubernetes.watch import SELECTORS, ClusterWatch, Store
+from apps.compute.backends.kubernetes.store import Store
+from apps.compute.backends.kubernetes.watch import SELECTORS, ClusterWatch
 
 ATTEMPT = str(uuid.uuid4())
 TAG = f"torus:{ATTEMPT}"

@@ -1,8 +1,12 @@
 """Clusters, nodes and accelerator types: platform infrastructure, readable by every user."""
 
 import django_filters
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
 
+from apps.compute.builds import STATES, pending_builds
 from apps.compute.models import AcceleratorType, Cluster, Node, Partition
 
 
@@ -31,6 +35,23 @@ class ClusterSerializer(serializers.ModelSerializer):
             "partitions",
         ]
         read_only_fields = fields
+
+
+class BuildSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    state = serializers.ChoiceField(choices=STATES)
+    step = serializers.IntegerField(help_text="the step running or failed; 0 while waiting")
+    steps = serializers.IntegerField()
+    step_name = serializers.CharField()
+    started = serializers.DateTimeField(allow_null=True)
+    finished = serializers.DateTimeField(allow_null=True)
+    cluster = serializers.CharField(allow_null=True, help_text="the cluster it registers")
+    error = serializers.CharField(allow_blank=True)
+    log = serializers.CharField(required=False, help_text="the builder's log file (staff only)")
+
+
+class BuildListSerializer(serializers.Serializer):
+    results = BuildSerializer(many=True)
 
 
 class NodeSerializer(serializers.ModelSerializer):
@@ -85,10 +106,22 @@ class NodeFilter(django_filters.FilterSet):
 
 class ClusterViewSet(viewsets.ReadOnlyModelViewSet):
     resource = "cluster"  # platform infrastructure: every signed-in user reads (policies.SIGNED_IN)
+    policy_action: str | None = None  # a custom action names its own (MatrixPermission)
     queryset = Cluster.objects.prefetch_related("partitions")
     serializer_class = ClusterSerializer
     filterset_fields = ["backend", "name"]
     ordering_fields = ["name", "created_at"]
+
+    @extend_schema(responses=BuildListSerializer)
+    @action(detail=False, policy_action="read", pagination_class=None, filter_backends=[])
+    def builds(self, request):
+        """The builds `make up` left running in the background (a cluster, the serving
+        engine) that are not done: waiting, building (step n of m) or failed."""
+        rows = [
+            build.public() | ({"log": build.log} if request.user.is_staff else {})
+            for build in pending_builds()
+        ]
+        return Response(BuildListSerializer({"results": rows}).data)
 
 
 class NodeViewSet(viewsets.ReadOnlyModelViewSet):

@@ -13,6 +13,12 @@ class SubmitRejected(Exception):
     """The backend refused the request for good (bad partition, impossible resources...)."""
 
 
+class AssociationMissing(ClusterUnavailable):
+    """The cluster no longer has the submitter's association the platform made (its
+    accounting was reset or restored, an operator removed the account): nothing was started;
+    made again, the attempt is tried again."""
+
+
 @dataclass(frozen=True)
 class Submission:
     """Everything a backend needs to run one attempt. User values are data, never script."""
@@ -175,6 +181,31 @@ class Backend(Protocol):
     # a started attempt read as waiting stays RUNNING (the backend's own retry, or a stale
     # read) until the backend reports an end. Absent: False.
     requeues_jobs: bool
+
+    # -- capabilities: class-level answers the platform asks without reaching the cluster
+    # (backend_class(cluster).<name>); no module outside compute/backends/ names a backend.
+
+    # Every job runs in a container: a job without an image needs the cluster's default_image.
+    requires_image: bool
+    # Jobs reach a directory on each node where the dataset stager keeps versions (a
+    # cluster's config "dataset_node_cache" overrides it); elsewhere versions are read in place.
+    dataset_node_cache: bool
+    # Environment variable prefixes the backend's own commands read as options or set in a
+    # job: refused in a spec's env and as secret names (with the platform's TORUS_).
+    reserved_env_prefixes: tuple[str, ...]
+    # Label prefixes (by their ending) the backend's own objects carry: refused in a spec's
+    # labels (with the platform's torus.io).
+    reserved_label_domains: tuple[str, ...]
+
+    @classmethod
+    def job_environment(cls, *, config: dict) -> dict[str, str]:
+        """Variables the backend sets in every job's environment from the cluster's config
+        (Slurm: the site's slurm.conf for the commands a job runs)."""
+
+    @classmethod
+    def serving_problem(cls, *, config: dict) -> str:
+        """'' when the cluster can run a deployment's replicas, else why not (the end of a
+        sentence that starts with the cluster's name)."""
 
     def submit(self, submission: Submission) -> str:
         """Submit one attempt; return the backend's job id."""

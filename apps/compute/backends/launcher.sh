@@ -19,6 +19,9 @@ fi
 # node can hold the rendezvous port; jobs 12000 ids apart on one node would share it.
 export MASTER_PORT="${TORUS_MASTER_PORT:-$((20000 + SLURM_JOB_ID % 12000))}"
 export WORLD_SIZE=$((SLURM_NNODES * TORUS_TASKS_PER_NODE))
+# The CPUs each task was allotted (Slurm's count of the allocation, which may exceed the
+# request), in the platform's word: a serve replica's engine threads (apps/serving/replicas.py).
+export TORUS_CPUS_PER_TASK="${SLURM_CPUS_PER_TASK:-}"
 
 # Dataset versions (apps/compute/backends/stager.py): staged once per node into its cache, or
 # read in place; each task then gets TORUS_DATASET_<AS> from its node's env file.

@@ -6,15 +6,18 @@ helper makes for the submitter, and the sbatch fallback runs as the submitter th
 helper, the job's variables only on its --export-file. The platform's own reads and sacctmgr
 run as the platform's account (a Slurm operator) with a fixed environment."""
 
+import contextlib
+import fcntl
 import subprocess
 import threading
-from datetime import UTC, datetime
-from pathlib import Path
+from collections.abc import Iterator
+from datetime import datetime
 
 import httpx
 from django.conf import settings
 
 from apps.compute.backends.base import (
+    AssociationMissing,
     BackendJob,
     ClusterUnavailable,
     FileLogSource,
@@ -23,41 +26,27 @@ from apps.compute.backends.base import (
     Submission,
     SubmitRejected,
 )
+from apps.compute.backends.slurm_request import (
+    LAUNCHER,
+    render_request,
+    sbatch_options,
+    submission_environment,
+)
+from apps.compute.backends.slurm_words import (
+    OUTCOMES,
+    epoch_time,
+    job_order,
+    node_healthy,
+    parse_gres,
+    parse_time,
+    time_limit_minutes,
+    wait_status,
+)
 from apps.compute.hostlist import expand
 from apps.compute.models import Cluster
 from apps.identity import privileged
 
-LAUNCHER = (Path(__file__).with_name("launcher.sh")).read_text()
 TAG_PREFIX = "torus:"
-
-# Slurm's job state words -> the attempt states of apps/jobs/models.py.
-OUTCOMES = {
-    "PENDING": "SUBMITTED",
-    "CONFIGURING": "SUBMITTED",
-    "REQUEUED": "SUBMITTED",
-    "REQUEUE_FED": "SUBMITTED",
-    "REQUEUE_HOLD": "SUBMITTED",
-    "RESV_DEL_HOLD": "SUBMITTED",
-    "SUSPENDED": "RUNNING",
-    "RUNNING": "RUNNING",
-    "COMPLETING": "RUNNING",
-    "STAGE_OUT": "RUNNING",
-    "SIGNALING": "RUNNING",
-    "COMPLETED": "SUCCEEDED",
-    "FAILED": "FAILED",
-    "OUT_OF_MEMORY": "FAILED",
-    "SPECIAL_EXIT": "FAILED",
-    "CANCELLED": "CANCELLED",
-    "REVOKED": "CANCELLED",
-    "TIMEOUT": "TIMEOUT",
-    "DEADLINE": "TIMEOUT",
-    "NODE_FAIL": "NODE_FAIL",
-    "BOOT_FAIL": "NODE_FAIL",
-    "PREEMPTED": "PREEMPTED",
-}
-
-# Node state words of a node that cannot run work: its attempts are restarted elsewhere.
-UNHEALTHY_NODE_WORDS = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "UNKNOWN")
 
 # The only environment the platform's own Slurm commands (sacct, sacctmgr) ever get.
 FIXED_PATH = "/usr/bin:/bin"
@@ -68,116 +57,6 @@ _clients: dict[str, httpx.Client] = {}
 _clients_lock = threading.Lock()
 
 
-def _check_identity(submission: Submission) -> None:
-    """Jobs run as their submitter, never as root or a system account."""
-    if not submission.user or submission.uid < 1000 or submission.gid < 1000:
-        raise SubmitRejected("a job needs its submitter's POSIX identity; root is refused")
-
-
-def job_environment(submission: Submission) -> dict[str, str]:
-    """The job's whole environment: the submission's variables and its secrets (which are
-    never in `environment`, the database or any argv). It only ever reaches the job."""
-    return {**submission.environment, **submission.secrets}
-
-
-def render_request(submission: Submission) -> dict:
-    """The slurmrestd job-submit body. User values only ever appear as JSON data. The job
-    runs as the user the request is made for (its token, _call); the process's primary group
-    is the user's own, and its files take the project's group from the setgid directories
-    (openapi/v0.0.38 has no group field; sbatch --gid sets it)."""
-    _check_identity(submission)
-    job: dict = {
-        "name": submission.name,
-        "comment": submission.tag,
-        "account": submission.account,
-        "environment": job_environment(submission),
-        "current_working_directory": submission.working_dir,
-        "standard_output": submission.stdout_path,
-        "standard_error": submission.stderr_path,
-        "nodes": [submission.nodes, submission.nodes],
-        "tasks": submission.nodes * submission.tasks_per_node,
-        "tasks_per_node": submission.tasks_per_node,
-        "cpus_per_task": submission.cpus_per_task,
-        "memory_per_node": submission.memory_mb_per_node,
-        "time_limit": submission.time_limit_minutes,
-        "requeue": False,  # the platform restarts failed attempts itself, from checkpoints
-    }
-    if submission.partition:
-        job["partition"] = submission.partition
-    if submission.accelerators_per_node:
-        job["gres"] = gres_request(submission)
-    if submission.nice > 0:
-        job["nice"] = int(submission.nice)
-    # openapi/v0.0.38 has no field for excluded nodes: such attempts go through sbatch.
-    return {"script": LAUNCHER, "job": job}
-
-
-def gres_request(submission: Submission) -> str:
-    """Per-node generic resources, e.g. 'gpu:2' or 'gpu:a100:2'."""
-    parts = [submission.accelerator]
-    if submission.accelerator_type:
-        parts.append(submission.accelerator_type)
-    return ":".join([*parts, str(submission.accelerators_per_node)])
-
-
-def sbatch_options(submission: Submission) -> list[str]:
-    """The same request as sbatch options for the privileged helper, which runs sbatch as the
-    submitter (its uid, the project's group as the primary group: the job's group, as sbatch
-    --gid set it before). Each value is one argv item, never shell text; no --uid, --gid or
-    --export (the helper refuses them: the job's variables go on its --export-file)."""
-    _check_identity(submission)
-    argv = [
-        "--parsable",
-        "--no-requeue",
-        f"--account={submission.account}",
-        f"--job-name={submission.name}",
-        f"--comment={submission.tag}",
-        f"--chdir={submission.working_dir}",
-        f"--output={submission.stdout_path}",
-        f"--error={submission.stderr_path}",
-        f"--nodes={submission.nodes}",
-        f"--ntasks-per-node={submission.tasks_per_node}",
-        f"--cpus-per-task={submission.cpus_per_task}",
-        f"--mem={submission.memory_mb_per_node}M",
-        f"--time={submission.time_limit_minutes}",
-    ]
-    if submission.partition:
-        argv.append(f"--partition={submission.partition}")
-    if submission.accelerators_per_node:
-        argv.append(f"--gres={gres_request(submission)}")
-    if submission.exclude_nodes:
-        argv.append(f"--exclude={','.join(submission.exclude_nodes)}")
-    if submission.nice > 0:
-        argv.append(f"--nice={int(submission.nice)}")
-    return argv
-
-
-def _epoch(value) -> datetime | None:
-    if isinstance(value, dict):  # newer API versions wrap numbers
-        value = value.get("number") if value.get("set", True) else None
-    if not value:
-        return None
-    return datetime.fromtimestamp(int(value), tz=UTC)
-
-
-def _order(job_id: str) -> int:
-    """Slurm's job ids grow: the highest is the newest (an array task '12_3' counts as 12)."""
-    head = str(job_id).split("_")[0].split("+")[0]
-    return int(head) if head.isdigit() else 0
-
-
-def node_healthy(state: str) -> bool:
-    return not any(word in state.upper() for word in UNHEALTHY_NODE_WORDS)
-
-
-def _wait_status(raw) -> tuple[int | None, int | None]:
-    """slurmrestd's exit_code is the raw wait status: exit code << 8 | signal."""
-    if raw is None:
-        return None, None
-    raw = int(raw)
-    return raw >> 8, (raw & 0x7F) or None
-
-
 class _RestdUnreachable(ClusterUnavailable):
     """slurmrestd could not be connected to: the request was never sent."""
 
@@ -185,6 +64,20 @@ class _RestdUnreachable(ClusterUnavailable):
 class SlurmBackend:
     display_name = "Slurm"
     requeues_jobs = True  # a node failure or an operator's scontrol requeue
+    requires_image = False  # jobs run on the nodes' own system unless they name an image
+    dataset_node_cache = True  # a directory on each node, which every job reaches
+    # SBATCH_/SRUN_/SALLOC_ are read as options by Slurm's commands (in the job too: srun).
+    reserved_env_prefixes = ("SLURM_", "SBATCH_", "SRUN_", "SALLOC_")
+    reserved_label_domains = ()
+
+    @classmethod
+    def job_environment(cls, *, config: dict) -> dict[str, str]:
+        """The site's slurm.conf, for the Slurm commands a job runs (srun, scontrol)."""
+        return {"SLURM_CONF": config["slurm_conf"]} if config.get("slurm_conf") else {}
+
+    @classmethod
+    def serving_problem(cls, *, config: dict) -> str:
+        return ""  # the engine lies in the nodes' shared root
 
     def __init__(self, cluster: Cluster):
         config = cluster.config or {}
@@ -245,6 +138,8 @@ class SlurmBackend:
         # Slurm's own error numbers (2000s: the request; 9000s: its parsing) refuse this
         # request for good; anything else (auth, controller down, bare 5xx) is transient.
         numbers = [int(e.get("error_number") or 0) for e in errors]
+        if "Invalid account" in message:  # ESLURM_INVALID_ACCOUNT: no association (any more)
+            raise AssociationMissing(f"slurmrestd: {message}")
         if any(2000 <= n < 3000 or 9000 <= n < 10000 for n in numbers):
             raise SubmitRejected(message)
         raise ClusterUnavailable(f"slurmrestd: {message}")
@@ -282,6 +177,20 @@ class SlurmBackend:
             raise SubmitRejected(message)
         return result.stdout
 
+    @contextlib.contextmanager
+    def _accounting_change(self) -> Iterator[None]:
+        """One change to slurmdbd's associations at a time on this host. slurmdbd 22.05
+        numbered the association tree wrong when accounts were added and deleted at once (a
+        user's association left outside its account's range), then crashed reading it; every
+        process here that changes associations takes this lock on the cluster's slurm.conf
+        (read-only: no file of its own to create or own)."""
+        with open(self.slurm_conf or "/etc/slurm/slurm.conf", "rb") as conf:
+            fcntl.flock(conf, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(conf, fcntl.LOCK_UN)
+
     # -- the interface -----------------------------------------------------------------
 
     def submit(self, submission: Submission) -> str:
@@ -310,7 +219,7 @@ class SlurmBackend:
                 gid=submission.gid,
                 options=options,
                 script=LAUNCHER,
-                environment=job_environment(submission),
+                environment=submission_environment(submission),
                 # --export=ALL (sbatch's default): the file's variables win over the helper's
                 # fixed PATH, SLURM_CONF and LANG, so the job's are exactly the submission's
                 # (and sbatch's SLURM_*); --export=NONE would drop the file's (Slurm 22.05)
@@ -320,6 +229,8 @@ class SlurmBackend:
             message = str(exc)
             if any(words in message for words in UNREACHABLE):
                 raise ClusterUnavailable(message) from exc
+            if "Invalid account" in message:
+                raise AssociationMissing(message) from exc
             raise SubmitRejected(message) from exc
         except privileged.HelperError as exc:  # not reached, or sbatch could not be started
             raise ClusterUnavailable(f"sbatch: {exc}") from exc
@@ -332,7 +243,7 @@ class SlurmBackend:
             comment = job.get("comment") or ""
             if not comment.startswith(TAG_PREFIX):
                 continue
-            exit_code, signal = _wait_status(job.get("exit_code"))
+            exit_code, signal = wait_status(job.get("exit_code"))
             found.append(
                 BackendJob(
                     backend_id=str(job["job_id"]),
@@ -342,10 +253,10 @@ class SlurmBackend:
                     nodes=expand(job.get("nodes") or ""),
                     exit_code=exit_code,
                     signal=signal,
-                    started_at=_epoch(job.get("start_time")),
-                    ended_at=_epoch(job.get("end_time")),
+                    started_at=epoch_time(job.get("start_time")),
+                    ended_at=epoch_time(job.get("end_time")),
                     restarts=int(job.get("restart_cnt") or 0),
-                    order=_order(job["job_id"]),
+                    order=job_order(job["job_id"]),
                     nice=int(job.get("nice") or 0),
                 )
             )
@@ -383,9 +294,9 @@ class SlurmBackend:
                     nodes=expand(parts[4]) if parts[4] != "None assigned" else [],
                     exit_code=int(code) if code.isdigit() else None,
                     signal=int(signal) if signal.isdigit() and int(signal) else None,
-                    started_at=_parse_time(parts[5]),
-                    ended_at=_parse_time(parts[6]),
-                    order=_order(parts[0]),
+                    started_at=parse_time(parts[5]),
+                    ended_at=parse_time(parts[6]),
+                    order=job_order(parts[0]),
                 )
             )
         return found
@@ -422,7 +333,7 @@ class SlurmBackend:
                 name=p["name"],
                 is_default="default" in [f.lower() for f in p.get("flags", [])],
                 state=str(p.get("state") or "").upper(),
-                max_time_minutes=_max_time(p.get("maximum_time")),
+                max_time_minutes=time_limit_minutes(p.get("maximum_time")),
                 node_names=expand(p.get("nodes") or ""),
             )
             for p in parts_body.get("partitions", [])
@@ -451,15 +362,16 @@ class SlurmBackend:
         user's association with the project's: slurmdbd then accounts, limits and fair-shares
         by tenant (AccountingStorageEnforce=associations refuses jobs without one)."""
         errors = []
-        for argv in (
-            ["sacctmgr", "-i", "add", "account", parent, "parent=root"],
-            ["sacctmgr", "-i", "add", "account", account, f"parent={parent}"],
-            ["sacctmgr", "-i", "add", "user", user, f"account={account}"],
-        ):
-            try:  # exits 1 with "Nothing new added." for what exists already
-                self._run(argv)
-            except SubmitRejected as exc:
-                errors.append(str(exc))
+        with self._accounting_change():
+            for argv in (
+                ["sacctmgr", "-i", "add", "account", parent, "parent=root"],
+                ["sacctmgr", "-i", "add", "account", account, f"parent={parent}"],
+                ["sacctmgr", "-i", "add", "user", user, f"account={account}"],
+            ):
+                try:  # exits 1 with "Nothing new added." for what exists already
+                    self._run(argv)
+                except SubmitRejected as exc:
+                    errors.append(str(exc))
         found = self._run(
             ["sacctmgr", "-n", "-P", "show", "assoc", "where", f"user={user}",
              f"account={account}", "format=user"]
@@ -471,6 +383,10 @@ class SlurmBackend:
         """Delete the account with its users' associations. Slurm keeps a user's default
         account: a user whose default this is moves to another of theirs, or, with none
         left, is removed from the accounting database (added again on their next job)."""
+        with self._accounting_change():
+            self._remove_account(account)
+
+    def _remove_account(self, account: str) -> None:
         listed = self._run(
             ["sacctmgr", "-n", "-P", "show", "assoc", "where", f"account={account}",
              "format=user"]
@@ -514,34 +430,3 @@ class SlurmBackend:
         except SubmitRejected as exc:  # exits 1 with "Nothing modified" when already so
             if "nothing" not in str(exc).lower():
                 raise
-
-
-def parse_gres(text: str) -> dict[str, dict[str, int]]:
-    """'gpu:a100:4(S:0-1),gpu:2' -> {'gpu': {'a100': 4, '': 2}} (counts only)."""
-    result: dict[str, dict[str, int]] = {}
-    for item in filter(None, (text or "").split(",")):
-        item = item.split("(")[0]
-        fields = item.split(":")
-        if len(fields) < 2 or not fields[-1].isdigit():
-            continue
-        name, count = fields[0], int(fields[-1])
-        kind = fields[1] if len(fields) == 3 else ""
-        result.setdefault(name, {})
-        result[name][kind] = result[name].get(kind, 0) + count
-    return result
-
-
-def _max_time(value) -> int | None:
-    if isinstance(value, dict):
-        if value.get("infinite") or not value.get("set", True):
-            return None
-        value = value.get("number")
-    if value in (None, "", "UNLIMITED") or (isinstance(value, int) and value >= 0xFFFFFFFE):
-        return None
-    return int(value)
-
-
-def _parse_time(value: str) -> datetime | None:
-    if not value or value in ("Unknown", "None"):
-        return None
-    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC)

@@ -15,30 +15,42 @@ from django.core.cache import cache
 from apps.compute.backends.base import (
     BackendJob,
     ClusterUnavailable,
-    LogRef,
     NodeInfo,
     PartitionInfo,
     Submission,
     SubmitRejected,
 )
-from apps.compute.backends.kubernetes import manifests, names, outcomes, pending
+from apps.compute.backends.kubernetes import manifests, names, outcomes, pending, places
 from apps.compute.backends.kubernetes.client import ApiError, KubeClient
 from apps.compute.backends.kubernetes.client import path as kube_path
+from apps.compute.backends.kubernetes.logs import PodLogSource
 from apps.compute.backends.kubernetes.settings import KubeSettings
-from apps.compute.backends.kubernetes.watch import Store
+from apps.compute.backends.kubernetes.store import Store
 from apps.compute.models import Cluster
 
 STALE_AFTER = 30  # seconds without the watcher's heartbeat: the cluster counts as silent
 PLACE_TTL = 3600
 
 
-def split_id(backend_id: str) -> tuple[str, str]:
-    ns, _, name = (backend_id or "").partition("/")
-    return names.dns_label(ns, field="backend id"), names.dns_label(name, field="backend id")
-
-
 class KubernetesBackend:
     display_name = "Kubernetes"
+    requires_image = True  # every job runs in a container
+    dataset_node_cache = False  # pods mount only the project's volume: versions read in place
+    reserved_env_prefixes = ()
+    # label prefixes Kubernetes and its add-ons own: node.kubernetes.io/...,
+    # kueue.x-k8s.io/queue-name (also kwok's x-k8s.io)
+    reserved_label_domains = ("kubernetes.io", "k8s.io")
+
+    @classmethod
+    def job_environment(cls, *, config: dict) -> dict[str, str]:
+        return {}
+
+    @classmethod
+    def serving_problem(cls, *, config: dict) -> str:
+        """The engine lies in the cluster's serving image (manifests.serving)."""
+        if not config.get("serving_image"):
+            return "has no serving image (config.serving_image): it runs no deployments."
+        return ""
 
     def __init__(self, cluster: Cluster):
         self.cluster = cluster
@@ -123,17 +135,17 @@ class KubernetesBackend:
         ns = manifests.namespace_name(settings=s, tenant=tenant, project=project)
         per_project = project if s.namespace_per == "project" else None
         objects = [
-            manifests.namespace(name=ns, tenant=tenant, project=per_project),
-            manifests.network_policy(namespace=ns),
-            manifests.egress_policy(settings=s, namespace=ns, apiserver=self.apiserver_addresses()),
-            manifests.persistent_volume(settings=s, tenant=tenant, project=project, namespace=ns),
-            manifests.persistent_volume_claim(
+            places.namespace(name=ns, tenant=tenant, project=per_project),
+            places.network_policy(namespace=ns),
+            places.egress_policy(settings=s, namespace=ns, apiserver=self.apiserver_addresses()),
+            places.persistent_volume(settings=s, tenant=tenant, project=project, namespace=ns),
+            places.persistent_volume_claim(
                 settings=s, tenant=tenant, project=project, namespace=ns
             ),
         ]
         if s.kueue:
-            objects[1:1] = [manifests.resource_flavor(settings=s, pool=p) for p in self.pools()]
-            objects.append(manifests.local_queue(namespace=ns, tenant=tenant))
+            objects[1:1] = [places.resource_flavor(settings=s, pool=p) for p in self.pools()]
+            objects.append(places.local_queue(namespace=ns, tenant=tenant))
         return objects
 
     def ensure_place(self, *, tenant: str, project: str) -> str:
@@ -156,7 +168,7 @@ class KubernetesBackend:
                 current = self.client.get(
                     "ClusterQueue", name=manifests.cluster_queue_name(tenant=tenant)
                 )
-                gpus = manifests.gpu_limit_of(current)
+                gpus = places.gpu_limit_of(current)
             except ApiError as exc:
                 if exc.status != 404:
                     raise
@@ -178,7 +190,7 @@ class KubernetesBackend:
         s = self.settings
         resources = self.accelerator_resources()
         if s.kueue:
-            queue = manifests.cluster_queue(
+            queue = places.cluster_queue(
                 settings=s, tenant=tenant, pools=self.pools(), resources=resources, gpus=gpus
             )
             self.client.apply(queue)
@@ -190,9 +202,7 @@ class KubernetesBackend:
             namespaces = [item["metadata"]["name"] for item in found]
         for ns in namespaces:
             for resource in resources[:1]:
-                self.client.apply(
-                    manifests.resource_quota(namespace=ns, resource=resource, gpus=gpus)
-                )
+                self.client.apply(places.resource_quota(namespace=ns, resource=resource, gpus=gpus))
 
     # -- jobs -------------------------------------------------------------------------------
 
@@ -257,7 +267,7 @@ class KubernetesBackend:
         return [outcomes.backend_job(r) for r in self.store.gone(tags)]
 
     def cancel(self, backend_id: str) -> None:
-        ns, name = split_id(backend_id)
+        ns, name = names.split_id(backend_id)
         try:
             self.client.delete("Job", namespace=ns, name=name)
         except ApiError as exc:
@@ -363,7 +373,7 @@ class KubernetesBackend:
             state=job.state, reason=job.reason, position=job.queue_position
         )
 
-    def log_source(self) -> "PodLogSource":
+    def log_source(self) -> PodLogSource:
         return PodLogSource(self)
 
     def serve_host(self, tag: str) -> str | None:
@@ -371,54 +381,6 @@ class KubernetesBackend:
         record = self._records(tag=tag).get(tag) or {}
         hosts = record.get("hosts") or []
         return hosts[0] if hosts and hosts[0] else None
-
-
-class PodLogSource:
-    """An attempt's output through the pod log API: stdout is rank 0's pod log (Kubernetes
-    keeps a container's stdout and stderr in one log, so stderr reads as empty). The log
-    is read whole and sliced at the caller's byte offset."""
-
-    def __init__(self, backend: KubernetesBackend):
-        self.backend = backend
-
-    def _pod(self, ref: LogRef) -> tuple[str, str] | None:
-        if not ref.backend_id:
-            return None
-        records = self.backend.store.read(tag=ref.tag)[0]
-        record = records.get(ref.tag) or next(iter(self.backend.store.gone({ref.tag})), None)
-        if not record or not record.get("pods"):
-            return None
-        ns, _ = split_id(record["backend_id"])
-        return ns, names.dns_subdomain(record["pods"][0], field="pod")
-
-    def _log(self, ref: LogRef) -> bytes | None:
-        pod = self._pod(ref)
-        if pod is None:
-            return None
-        if ref.stream == "stderr":
-            return b""
-        try:
-            response = self.backend.client._send(
-                "GET", f"/api/v1/namespaces/{pod[0]}/pods/{pod[1]}/log"
-            )
-        except ApiError as exc:
-            if exc.status in (400, 404):
-                return None
-            raise
-        data = response.read()
-        if response.status in (400, 404):  # not started, or gone
-            return None
-        if not 200 <= response.status < 300:
-            raise ClusterUnavailable(f"pod log of {pod[0]}/{pod[1]}: HTTP {response.status}")
-        return data
-
-    def read(self, *, ref: LogRef, offset: int, limit: int) -> bytes | None:
-        data = self._log(ref)
-        return None if data is None else data[offset : offset + limit]
-
-    def size(self, *, ref: LogRef) -> int | None:
-        data = self._log(ref)
-        return None if data is None else len(data)
 
 
 def _cpus(value: str) -> int:

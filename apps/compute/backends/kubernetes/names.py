@@ -143,3 +143,9 @@ def cidrs(values, *, field: str) -> tuple[str, ...]:
     if not isinstance(values, (list, tuple)):
         raise InvalidValue(field, "must be a list of networks")
     return tuple(cidr(v, field=f"{field}[{i}]") for i, v in enumerate(values))
+
+
+def split_id(backend_id: str) -> tuple[str, str]:
+    """A backend id, '<namespace>/<job name>', as its two checked names."""
+    ns, _, name = (backend_id or "").partition("/")
+    return dns_label(ns, field="backend id"), dns_label(name, field="backend id")

@@ -33,7 +33,7 @@ class KubeSettings:
     serving_image: str = ""
     serving_engine: str = ""
     serving_port: int = 8080
-    # Tenants' egress (manifests.egress_policy): these networks are allowed (the internet by
+    # Tenants' egress (places.egress_policy): these networks are allowed (the internet by
     # default), less the denied ones, which always include the apiserver and the metadata
     # address; DNS goes to the cluster's DNS pods.
     egress_allow_cidrs: tuple[str, ...] = ("0.0.0.0/0", "::/0")
