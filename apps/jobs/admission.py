@@ -26,17 +26,13 @@ from django.utils import timezone
 
 from apps.core.bulk import bulk_update
 from apps.jobs import borrowing
+from apps.jobs.attempts import attempts_build, attempts_open
 from apps.jobs.cluster_limits import enforced_by_cluster
 from apps.jobs.models import AttemptState, Job, JobAttempt, JobEvent
 from apps.jobs.priority import order_key, starving
-from apps.jobs.services import (
-    TRANSITION_FIELDS,
-    attempts_build,
-    attempts_open,
-    events_record,
-    transition_in_memory,
-)
 from apps.jobs.states import ACTIVE, State
+from apps.jobs.transitions import TRANSITION_FIELDS, events_record, transition_in_memory
+from apps.jobs.wake import request_dispatch
 from apps.quotas.models import Quota
 from apps.quotas.selectors import gpu_seconds_by_project, gpu_seconds_by_project_user, limits_of
 from apps.tenancy.models import Tenant
@@ -185,8 +181,6 @@ def admit_tenant(*, tenant_id) -> list[Job]:
     another admitter holds). With quotas the tenant row is locked so that two admitters never
     count the same free capacity twice.
     """
-    from apps.jobs.tasks import request_dispatch  # tasks import this module
-
     now = timezone.now()
     quotas = limits_of(tenant_id=tenant_id)
     with transaction.atomic():

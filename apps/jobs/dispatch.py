@@ -19,20 +19,32 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from apps.compute.backends import argv as launcher_argv
-from apps.compute.backends import for_cluster
-from apps.compute.backends.base import ClusterUnavailable, Submission, SubmitRejected
+from apps.compute.backends import backend_class, for_cluster
+from apps.compute.backends.base import (
+    AssociationMissing,
+    ClusterUnavailable,
+    Submission,
+    SubmitRejected,
+)
 from apps.compute.models import AcceleratorType, Cluster
+from apps.core.exceptions import DirectoryUnavailable
 from apps.core.passes import Pass, describe
-from apps.identity.directory import DirectoryUnavailable
-from apps.identity.services import IdentityError, JobIdentity, job_identity
+from apps.identity.services import (
+    IdentityError,
+    JobIdentity,
+    association_forget,
+    job_identity,
+)
 from apps.identity.storage import OlderOwner, StorageError, job_tree_ensure, project_tree_ensure
 from apps.jobs import cluster_limits, paths
 from apps.jobs import submitted as submitted_write
-from apps.jobs.datasets import attempt_datasets_prepare, plan_path
 from apps.jobs.inference import attempt_model_prepare, model_path, output_dir
-from apps.jobs.models import AttemptState, Job, JobAttempt, Kind
+from apps.jobs.kinds import kind_prepare, kind_secrets
+from apps.jobs.models import AttemptState, Job, JobAttempt
 from apps.jobs.priority import cluster_nice
+from apps.jobs.staging import attempt_datasets_prepare, plan_path
 from apps.jobs.states import State
+from apps.jobs.transitions import events_announce, job_transition
 from apps.secrets.services import secrets_for_attempt
 
 logger = logging.getLogger(__name__)
@@ -73,10 +85,7 @@ def prepare(attempt: JobAttempt, *, cluster: Cluster, identity: JobIdentity) -> 
     )
     attempt_datasets_prepare(attempt=attempt, cluster=cluster, identity=identity)
     attempt_model_prepare(attempt=attempt)
-    if job.kind == Kind.SERVE:  # a deployment's replica (apps/serving/replicas.py)
-        from apps.serving.replicas import serve_prepare
-
-        serve_prepare(job=job)
+    kind_prepare(job=job)  # a kind an app above jobs owns (apps/jobs/kinds.py)
 
 
 def accelerator_resources() -> dict[str, str]:
@@ -116,8 +125,7 @@ def build_submission(
         "TORUS_ENV_KIND": env_spec["type"],
         "TORUS_ENV_PATH": env_spec.get("path", ""),
     }
-    if (cluster.config or {}).get("slurm_conf"):  # a Slurm cluster's own setting
-        environment["SLURM_CONF"] = cluster.config["slurm_conf"]
+    environment.update(backend_class(cluster).job_environment(config=cluster.config or {}))
     if spec.get("datasets"):
         environment["TORUS_DATASETS_PLAN"] = str(plan_path(job, attempt.number))
     if attempt.resume_from:
@@ -135,10 +143,7 @@ def build_submission(
     # values nobody may read back: the project secrets the spec names (decrypted here, each
     # read audited) and a replica's engine key; never in `environment`, argv or the DB
     secrets = secrets_for_attempt(attempt=attempt)
-    if job.kind == Kind.SERVE:
-        from apps.serving.replicas import serve_environment
-
-        secrets.update(serve_environment(job=job))
+    secrets.update(kind_secrets(job=job))  # a replica's engine key (apps/jobs/kinds.py)
     for key in secrets:
         environment.pop(key, None)
     if "argv" in command:
@@ -179,7 +184,7 @@ def build_submission(
 
 def image_for(*, spec: dict, cluster: Cluster) -> str:
     """The container image an attempt runs in: the spec's (checked against the tenant's
-    registries when submitted: apps/jobs/images.py), else the cluster's default, if it runs
+    registries when submitted: apps/tenancy/images.py), else the cluster's default, if it runs
     containers at all."""
     if not cluster.supports_containers:
         return ""
@@ -210,8 +215,6 @@ def mark_submitted_many(*, submitted: dict, adopted: bool = False, via: str = "c
     """Record backend ids ({attempt id: backend id}) and move their jobs to SUBMITTED, in one
     statement whatever the number (apps/jobs/submitted.py). `via`: the backend's display
     name, for the reason."""
-    from apps.jobs.services import events_announce
-
     how = "adopted from the cluster" if adopted else "submitted"
     reasons = {pk: f"{how} as {via} job {backend_id}" for pk, backend_id in submitted.items()}
     if submitted:
@@ -221,8 +224,6 @@ def mark_submitted_many(*, submitted: dict, adopted: bool = False, via: str = "c
 
 
 def mark_rejected(*, attempt_id, message: str) -> None:
-    from apps.jobs.services import job_transition
-
     with transaction.atomic():
         attempt = JobAttempt.objects.select_for_update().get(pk=attempt_id)
         job = Job.objects.select_for_update().get(pk=attempt.job_id)
@@ -255,7 +256,6 @@ def hold(*, attempt_id, job_id, reason: str) -> None:
     could not be prepared for an error nobody foresaw (an orphaned group row, a file in the
     way). Counted and logged once (PASS); every later pass tries it again, and a job that goes
     through clears its failure."""
-    from apps.jobs.services import job_transition
 
     def mark(_error) -> None:
         JobAttempt.objects.filter(pk=attempt_id, state=AttemptState.SUBMITTING).update(
@@ -405,6 +405,12 @@ def dispatch_cluster(
                     return attempt.pk, None, _Held(f"could not be prepared: {describe(exc)}")
                 try:
                     return attempt.pk, backend.submit(submission), None
+                except AssociationMissing as exc:  # nothing started: made again, tried again
+                    association_forget(
+                        cluster=cluster, user=identity.user, account=identity.account
+                    )
+                    reused.pop((attempt.job.user_id, attempt.job.project_id), None)
+                    return attempt.pk, None, _NotPrepared(str(exc))
                 except (ClusterUnavailable, SubmitRejected) as exc:
                     return attempt.pk, None, exc
                 except Exception as exc:  # (outcome unknown: recovered later)

@@ -165,7 +165,9 @@ def output_register(*, attempt: JobAttempt):
 
 
 def _output_copy(*, attempt: JobAttempt, options: dict):
-    from apps.datasets import services as datasets
+    from apps.datasets import versions as datasets
+    from apps.datasets.directories import version_register_directory
+    from apps.datasets.errors import DatasetConflict
     from apps.datasets.models import Dataset, DatasetVersion, VersionState
     from apps.datasets.storage import storage_for
     from apps.datasets.tasks import project_storage_ensure
@@ -195,7 +197,7 @@ def _output_copy(*, attempt: JobAttempt, options: dict):
                     actor=None, project=job.project, name=options["name"]
                 )
                 Dataset.objects.filter(pk=dataset.pk).update(created_by=job.user)
-            except datasets.DatasetConflict:  # made meanwhile (another job's output)
+            except DatasetConflict:  # made meanwhile (another job's output)
                 dataset = Dataset.objects.get(project=job.project, name=options["name"])
         version = datasets.version_create(
             actor=None,
@@ -207,9 +209,7 @@ def _output_copy(*, attempt: JobAttempt, options: dict):
         storage = storage_for(version.storage_kind)
         storage.delete(prefix=version.storage_prefix)  # what a run cut short left behind
         try:
-            version = datasets.version_register_directory(
-                actor=None, version=version, path=str(source)
-            )
+            version = version_register_directory(actor=None, version=version, path=str(source))
             return datasets.version_commit(actor=None, version=version)
         except BaseException:
             storage.delete(prefix=version.storage_prefix)

@@ -59,10 +59,6 @@ class Job(TenantModel):
     def __str__(self) -> str:
         return f"{self.name} ({self.pk})"
 
-    @property
-    def current_attempt(self) -> "JobAttempt | None":
-        return self.attempts.order_by("-number").first()
-
 
 class AttemptState(models.TextChoices):
     QUEUED = "QUEUED"  # waiting for the dispatcher
@@ -120,7 +116,7 @@ class JobAttempt(TenantModel):
     cpu_seconds = models.FloatField(default=0)
     # both streams shipped to their end (apps/logs/shipper.py): the shipper looks no more
     logs_shipped = models.BooleanField(default=False)
-    # the dataset versions the attempt was given to read (apps/jobs/datasets.py)
+    # the dataset versions the attempt was given to read (apps/jobs/staging.py)
     dataset_versions = models.ManyToManyField(
         "datasets.DatasetVersion", blank=True, related_name="attempts"
     )

@@ -1,5 +1,15 @@
-"""The node-wide cap of the dataset cache: the least recently used versions of every user's
-subtree on a node go first when the node as a whole is over TORUS_DATASET_CACHE_NODE_BYTES.
+"""The dataset cache on the nodes: its directories, and its node-wide cap (the least recently
+used versions of every user's subtree on a node go first when the node as a whole is over
+TORUS_DATASET_CACHE_NODE_BYTES).
+
+The cache (settings.TORUS_DATASET_CACHE_ROOT) is made here, through the privileged helper
+(apps/identity/privileged.py), for every node of the cluster; other tenants cannot traverse
+it and only the user's jobs read their subtree:
+
+    <cache root>/<node>/                  root            0755
+      <tenant>/                           root:t-<tenant> 0750
+        <project>/                        root:p-<t>_<p>  0750
+          <uid>/                          <user>:p-<t>_<p> 0700  the stager's cache
 
 Each user's subtree keeps its own limit (the stager's, TORUS_DATASET_CACHE_BYTES) and is
 closed to everyone else, the platform's account included. The sweep runs in the worker (as
@@ -14,6 +24,7 @@ link planted in a subtree reaches nothing its user could not reach anyway.
 
 import logging
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -23,12 +34,46 @@ from apps.compute.backends.stager import ID_RE
 from apps.compute.models import Cluster
 from apps.core.passes import Pass
 from apps.identity import privileged, tree
-from apps.jobs.datasets import NODE_RE
+from apps.identity.storage import StorageError
 
+NODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 logger = logging.getLogger(__name__)
 # the sweeps' failures (apps/core/passes.py): one item per node and per subtree; one that
 # cannot be read or swept is counted and logged once, and the sweep goes on with the rest
 PASS = Pass("node_cache")
+
+
+def cache_dir_template(job, identity) -> str:
+    """The user's cache subtree on a node, with '{node}' for the node's name."""
+    root = Path(settings.TORUS_DATASET_CACHE_ROOT)
+    return str(root / "{node}" / job.tenant.slug / job.project.slug / str(identity.uid))
+
+
+def cache_dirs_ensure(*, cluster: Cluster, job, identity) -> None:
+    """The user's cache subtree on every node of the cluster (here the nodes share this
+    machine's disk; on a site with many machines the same runs on each node), made by the
+    privileged helper in one request."""
+    root = Path(settings.TORUS_DATASET_CACHE_ROOT)
+    Dir = privileged.Directory
+    dirs = [Dir(str(root), 0, 0, 0o755)]  # jobs of every tenant enter their subtree
+    for name in cluster.nodes.values_list("name", flat=True):
+        if not NODE_RE.match(name):
+            continue
+        node = root / name
+        tenant = node / job.tenant.slug
+        project = tenant / job.project.slug
+        dirs += [
+            Dir(str(node), 0, 0, 0o755, enforce=True),
+            # the platform's account lists the subtrees (node_sweep, below) through an
+            # ACL entry; the subtrees themselves stay their users' alone
+            Dir(str(tenant), 0, identity.tenant_gid, 0o750, platform_acl=True, enforce=True),
+            Dir(str(project), 0, identity.gid, 0o750, platform_acl=True, enforce=True),
+            Dir(str(project / str(identity.uid)), identity.uid, identity.gid, 0o700, enforce=True),
+        ]
+    try:
+        privileged.directories_make(dirs=dirs)
+    except privileged.HelperError as exc:
+        raise StorageError(f"the dataset cache's directories: {exc}") from exc
 
 
 def _listing(root_fd: int, relative: str) -> list[tuple[str, os.stat_result]]:
@@ -80,16 +125,13 @@ def _usage(subtree: Path) -> tuple[int, list[tuple[float, str]]]:
     return usage["used"], versions
 
 
-def _evict_as_owner(
-    subtree: Path, info: os.stat_result, version_id: str, *, slurm_conf: str
-) -> int | None:
+def _evict_as_owner(subtree: Path, version_id: str) -> int | None:
     """The subtree's user drops one version: the bytes freed, None when it was kept. The
     privileged helper runs the stager (its own root-owned copy, on the node's python3's stdin)
     as the subtree's owner, with the groups of the directories above it (the tenant's and the
-    project's, as its jobs have) and the site's slurm.conf from its own config (its `squeue`
-    tells an ended job's lease from a live one): `info` and `slurm_conf` are not sent, the
+    project's, as its jobs have) and the cluster's settings from its own config (the stager
+    asks the cluster whether a lease's job still runs: apps/compute/backends/stager.py); the
     helper reads the owner from the directory itself."""
-    del info, slurm_conf
     try:
         return privileged.stager_evict(subtree=subtree, version_id=version_id)
     except privileged.HelperError as exc:
@@ -109,7 +151,6 @@ def node_sweep(
     node_dir: Path,
     cap: int,
     needed: int = 0,
-    slurm_conf: str = "",
     problems: dict | None = None,
 ) -> dict:
     """Evict the node's least recently used versions, whichever user's, until its cached bytes
@@ -137,14 +178,11 @@ def node_sweep(
     after = before
     evicted = 0
     if before + needed > cap:
-        owners = dict(subtrees)
         for _mtime, path, version_id in queue:
             if after + needed <= cap:
                 break
             try:
-                freed = _evict_as_owner(
-                    Path(path), owners[Path(path)], version_id, slurm_conf=slurm_conf
-                )
+                freed = _evict_as_owner(Path(path), version_id)
             except Exception as exc:
                 _problem(problems, Path(path), exc)
                 freed = None
@@ -170,7 +208,6 @@ def cluster_sweep(*, cluster: Cluster, needed: int) -> None:
                 node_dir=root / name,
                 cap=cap,
                 needed=needed,
-                slurm_conf=cluster.config.get("slurm_conf", ""),
                 problems=problems,
             )
         for path, error in problems.items():

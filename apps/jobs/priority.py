@@ -11,13 +11,15 @@ priority that has not, and holds its room in the quota (admission counts it as i
 so smaller jobs stop passing it and it starts as soon as enough of the quota frees up. The
 settings TORUS_SCHEDULING_AGING_SECONDS and _STARVING_SECONDS override the defaults.
 
-The same size order is passed to the cluster's own queue (cluster_nice): what admission lets
-through waits in Slurm's queue, which otherwise runs it in submission order; a Slurm nice of
-NICE_PER_DOUBLING per doubling of the expected GPU-time puts the small jobs first there too,
-and Slurm's backfill still fills around them. Cluster.config["size_nice"] (a number, 0 = off)
-or the setting TORUS_SCHEDULING_NICE_PER_DOUBLING overrides the default. The starving rule
-reaches that queue too: the reconciler clears the nice of a starving job still waiting there
-(apps/jobs/reconcile.py unstarve), which puts it back at its submission rank.
+The same size order is passed to the cluster's own queue (cluster_nice, as Submission.nice:
+the backend translates it, e.g. into Slurm's nice; a backend without one ignores it): what
+admission lets through waits in that queue, which otherwise runs it in submission order; a
+nice of NICE_PER_DOUBLING per doubling of the expected GPU-time puts the small jobs first there
+too, and the cluster's backfill still fills around them. Cluster.config["size_nice"] (a
+number, 0 = off) or the setting TORUS_SCHEDULING_NICE_PER_DOUBLING overrides the default. The
+starving rule reaches that queue too: the reconciler clears the nice of a starving job still
+waiting there (unstarve, through Backend.clear_nice), which puts it back at its submission
+rank.
 """
 
 import math
@@ -27,13 +29,13 @@ from django.conf import settings
 
 AGING_SECONDS = 600.0
 STARVING_SECONDS = 3600.0
-# Slurm nice per doubling of the expected GPU-time. Under priority/basic one unit is one
+# Nice per doubling of the expected GPU-time (Slurm's units). Under priority/basic one unit is one
 # submission: a job is passed by at most 1,000 later jobs for each doubling of its size over
 # theirs, i.e. the order is strict on a busy queue (100 let a big job pass the small ones
 # after 100-600 submissions and cost 0.07 of the allocation: docs/scheduling.md). Under
 # priority/multifactor it is one priority point (fair share weighs 10^5 here).
 NICE_PER_DOUBLING = 1000
-NICE_MAX = 10_000  # Slurm's nice is bounded; a 2^100 GPU-second job is not expected
+NICE_MAX = 10_000  # a queue's nice is bounded; a 2^100 GPU-second job is not expected
 
 
 def aging_seconds() -> float:

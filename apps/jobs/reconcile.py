@@ -1,4 +1,5 @@
-"""The reconciler: one pass per cluster moves every job to what the cluster says.
+"""The reconciler's pass: one per cluster moves every job to what the cluster says (one
+attempt's change: reconcile_apply.py; the pass's upkeep steps: reconcile_upkeep.py).
 
 A pass makes a constant number of controller calls whatever the number of jobs: the job
 list, the node list and the partition list, plus one accounting query only when a tracked
@@ -9,11 +10,9 @@ does not answer fails no job.
 
 import contextlib
 import logging
-import uuid
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 
 from apps.compute.backends import for_cluster
@@ -24,11 +23,19 @@ from apps.core.models import PassFailure
 from apps.core.passes import Pass, describe
 from apps.jobs import cluster_limits, paths
 from apps.jobs.admission import admit_tenant
-from apps.jobs.datasets import dataset_stages_record
 from apps.jobs.models import ATTEMPT_ENDED, AttemptState, Job, JobAttempt
-from apps.jobs.priority import starving
+from apps.jobs.reconcile_apply import apply
+from apps.jobs.reconcile_upkeep import (
+    cancel_requested,
+    cancel_strays,
+    release_restarts,
+    track_checkpoints,
+    unstarve,
+    uuids_valid,
+)
+from apps.jobs.staging import dataset_stages_record
 from apps.jobs.states import State
-from apps.quotas.services import usage_record
+from apps.jobs.transitions import job_transition
 
 logger = logging.getLogger(__name__)
 # The backend state of an attempt the cluster lost or failed after its program had ended,
@@ -39,11 +46,6 @@ ENDED_BY_ITS_STATUS = "ENDED"
 # failed GIVE_UP_AFTER passes in a row; the other attempts reconcile.
 PASS = Pass("reconcile")
 GIVE_UP_AFTER = 5
-RETRY_CAUSE = {
-    AttemptState.NODE_FAIL: "node_failure",
-    AttemptState.LOST: "node_failure",
-    AttemptState.PREEMPTED: "preemption",
-}
 
 
 def reconcile_cluster(*, cluster_id) -> dict:
@@ -178,7 +180,7 @@ def _settle(*, tracked: list) -> None:
     ]
     if not keys:
         return
-    ids = _uuids(key.removeprefix("attempt:") for key in keys)
+    ids = uuids_valid(key.removeprefix("attempt:") for key in keys)
     live = JobAttempt.objects.filter(
         pk__in=ids, state__in=[AttemptState.SUBMITTED, AttemptState.RUNNING]
     ).values_list("pk", flat=True)
@@ -193,8 +195,6 @@ def _unreconciled(attempt_id):
     next pass (cancel_strays)."""
 
     def mark(error) -> None:
-        from apps.jobs.services import job_transition
-
         before = PassFailure.objects.filter(
             pass_name=PASS.name, item_key=f"attempt:{attempt_id}"
         ).values_list("count", flat=True)
@@ -268,221 +268,6 @@ def _take_back_requeued(backend, found: BackendJob) -> str:
     return AttemptState.NODE_FAIL
 
 
-def apply(
-    *, attempt_id, found: BackendJob, outcome: str, down_nodes: set[str], waiting: str = ""
-) -> str:
-    """Bring one attempt (and its job) in line with the cluster. Returns what happened.
-    `waiting`: the backend's words for why a SUBMITTED attempt waits."""
-    from apps.jobs.services import job_transition
-
-    with transaction.atomic():
-        attempt = JobAttempt.objects.select_for_update().get(pk=attempt_id)
-        if attempt.state in ATTEMPT_ENDED:
-            return ""
-        job = Job.objects.select_for_update().select_related("tenant").get(pk=attempt.job_id)
-        changed = _copy_backend_fields(attempt, found)
-        if outcome == AttemptState.SUBMITTED:
-            if changed:
-                attempt.save()
-            waiting = waiting or "waiting on the cluster"
-            if job.state == State.SUBMITTED and job.queue_position != found.queue_position:
-                job.queue_position = found.queue_position  # e.g. its place in Kueue's queue
-                job.save(update_fields=["queue_position", "updated_at"])
-                changed = True
-            if job.state == State.SUBMITTED and job.state_reason != waiting:
-                job_transition(job=job, to=State.SUBMITTED, reason=waiting)
-                return "updated"
-            return "updated" if changed else ""
-        if outcome == AttemptState.RUNNING:
-            attempt.state = AttemptState.RUNNING
-            attempt.started_at = attempt.started_at or found.started_at or timezone.now()
-            attempt.save()
-            if job.state == State.SUBMITTED:
-                job.queue_position = None
-                nodes = ",".join(attempt.nodes)
-                job_transition(
-                    job=job,
-                    to=State.RUNNING,
-                    attempt=attempt,
-                    reason=f"running on {nodes}" if nodes else "running",
-                )
-            return "updated"
-        return _finish(
-            job=job,
-            attempt=attempt,
-            outcome=outcome,
-            found=found,
-            down_nodes=down_nodes,
-            transition=job_transition,
-        )
-
-
-def _copy_backend_fields(attempt: JobAttempt, found: BackendJob) -> bool:
-    before = (attempt.backend_state, attempt.backend_reason, attempt.nodes, attempt.backend_id)
-    attempt.backend_state, attempt.backend_reason = found.state, found.reason[:255]
-    # Keep the nodes an attempt started on: after a node failure the backend may drop the
-    # failed node from the job's list, and that node is the one the next attempt must avoid.
-    if found.nodes and (not attempt.nodes or attempt.state != AttemptState.RUNNING):
-        attempt.nodes = found.nodes
-    if found.backend_id:
-        attempt.backend_id = found.backend_id
-    return before != (
-        attempt.backend_state,
-        attempt.backend_reason,
-        attempt.nodes,
-        attempt.backend_id,
-    )
-
-
-def _finish(
-    *,
-    job: Job,
-    attempt: JobAttempt,
-    outcome: str,
-    found: BackendJob,
-    down_nodes: set[str],
-    transition,
-) -> str:
-    from apps.jobs.services import attempt_open
-
-    now = timezone.now()
-    attempt.state = outcome
-    attempt.ended_at = found.ended_at if found.ended_at and found.ended_at <= now else now
-    if attempt.started_at is None and found.started_at and found.started_at <= attempt.ended_at:
-        attempt.started_at = found.started_at
-    attempt.exit_code, attempt.signal = found.exit_code, found.signal
-    attempt.reason = _describe(outcome, found)
-    attempt.save()
-    usage_record(attempt=attempt)
-    dataset_stages_record(attempt=attempt)
-    job.exit_code = found.exit_code
-    latest = paths.latest_checkpoint(job.checkpoint_dir)
-    if latest:
-        job.latest_checkpoint, job.latest_checkpoint_at = latest, now
-    job.save(update_fields=["exit_code", "latest_checkpoint", "latest_checkpoint_at", "updated_at"])
-
-    if job.state not in (State.SUBMITTED, State.RUNNING):
-        return "ended"
-    policy = job.spec["restart_policy"]
-    cause = RETRY_CAUSE.get(outcome)
-    retryable = (cause in policy["retry_on"]) or (
-        outcome == AttemptState.FAILED and found.exit_code in policy["exit_codes"]
-    )
-    if outcome == AttemptState.SUCCEEDED:
-        transition(job=job, to=State.SUCCEEDED, attempt=attempt, reason="exit code 0")
-        _on_success_on_commit(attempt)
-    elif outcome == AttemptState.CANCELLED or job.cancel_requested:
-        who = "by request" if job.cancel_requested else "on the cluster"
-        transition(job=job, to=State.CANCELLED, attempt=attempt, reason=f"cancelled {who}")
-    elif outcome == AttemptState.TIMEOUT:
-        limit = job.spec["resources"]["time_limit"]
-        transition(
-            job=job,
-            to=State.TIMEOUT,
-            attempt=attempt,
-            reason=f"time limit of {limit} minutes reached",
-        )
-    elif retryable and job.restart_count < policy["max_restarts"]:
-        failed = sorted(set(attempt.nodes) & down_nodes)
-        job.restart_count += 1
-        job.save(update_fields=["restart_count"])
-        new = attempt_open(job=job)
-        new.excluded_nodes = sorted(set(new.excluded_nodes) | set(failed))
-        new.not_before = now + timedelta(seconds=policy["backoff_seconds"])
-        new.save(update_fields=["excluded_nodes", "not_before"])
-        resume = f"resumes from {new.resume_from}" if new.resume_from else "starts afresh"
-        where = f" on {', '.join(failed)}" if failed else ""
-        transition(
-            job=job,
-            to=State.RESTARTING,
-            attempt=new,
-            reason=(
-                f"attempt {attempt.number} ended {outcome}{where}; attempt {new.number}"
-                f" (restart {job.restart_count} of {policy['max_restarts']}) {resume}"
-                + (f", avoiding {', '.join(new.excluded_nodes)}" if new.excluded_nodes else "")
-            ),
-        )
-        return "restarted"
-    else:
-        left = " (no restarts left)" if retryable else ""
-        transition(job=job, to=State.FAILED, attempt=attempt, reason=attempt.reason + left)
-    return "ended"
-
-
-# spec option -> the worker's task that takes a succeeded job's output in
-ON_SUCCESS_TASKS = {
-    "register_model": "registry.register_from_attempt",  # apps/registry/tasks.py
-    "output_dataset": "jobs.inference_output",  # apps/jobs/tasks.py
-}
-
-
-def _on_success_on_commit(attempt: JobAttempt) -> None:
-    """After commit, send the tasks that take in what a succeeded job wrote (its model, its
-    predictions); sent by name, so jobs never import the registry."""
-    from config.celery import app
-
-    pk = str(attempt.pk)
-    for option, task in ON_SUCCESS_TASKS.items():
-        if attempt.job.spec.get(option):
-            transaction.on_commit(lambda task=task: app.send_task(task, args=[pk]))
-
-
-def _describe(outcome: str, found: BackendJob) -> str:
-    if outcome == AttemptState.SUCCEEDED:
-        return "exit code 0"
-    if outcome == AttemptState.FAILED:
-        if found.signal:
-            return f"killed by signal {found.signal}"
-        detail = f" ({found.reason})" if found.reason and found.reason != "None" else ""
-        return f"exit code {found.exit_code}{detail}"
-    return f"{outcome.lower().replace('_', ' ')}" + (f": {found.reason}" if found.reason else "")
-
-
-def release_restarts(*, cluster: Cluster) -> int:
-    """RESTARTING jobs whose backoff is over go back to QUEUED for the dispatcher."""
-    from apps.jobs.services import job_transition
-    from apps.jobs.tasks import request_dispatch
-
-    now, released = timezone.now(), 0
-    due = (
-        JobAttempt.objects.filter(
-            job__cluster=cluster,
-            job__state=State.RESTARTING,
-            state=AttemptState.QUEUED,
-        )
-        .exclude(not_before__gt=now)
-        .values_list("pk", flat=True)
-    )
-    for attempt_id in due:
-        with transaction.atomic():
-            attempt = JobAttempt.objects.select_for_update().get(pk=attempt_id)
-            job = Job.objects.select_for_update().get(pk=attempt.job_id)
-            if job.state != State.RESTARTING:
-                continue
-            job_transition(
-                job=job,
-                to=State.QUEUED,
-                attempt=attempt,
-                reason=f"attempt {attempt.number} ready to dispatch",
-            )
-            released += 1
-    if released:
-        transaction.on_commit(lambda: request_dispatch(cluster.pk))
-    return released
-
-
-def track_checkpoints(*, cluster: Cluster) -> None:
-    """Record the newest checkpoint of every running job (a file read each; no RPC)."""
-    for job in Job.objects.filter(cluster=cluster, state=State.RUNNING).only(
-        "id", "checkpoint_dir", "latest_checkpoint"
-    ):
-        latest = paths.latest_checkpoint(job.checkpoint_dir)
-        if latest and latest != job.latest_checkpoint:
-            Job.objects.filter(pk=job.pk).update(
-                latest_checkpoint=latest, latest_checkpoint_at=timezone.now()
-            )
-
-
 def track_dataset_stages(*, cluster: Cluster) -> None:
     """Record the staging reports of running attempts that have none yet, so the cache's
     figures show while a long job runs (the attempt's end records them again, whole)."""
@@ -496,82 +281,3 @@ def track_dataset_stages(*, cluster: Cluster) -> None:
     ):
         with PASS.item(f"stages:{attempt.pk}"):  # one unreadable report stops no other
             dataset_stages_record(attempt=attempt)
-
-
-def unstarve(*, cluster: Cluster, backend, tracked: list, by_tag: dict) -> int:
-    """Give a starving job (apps/jobs/priority.py) that still waits in the cluster's queue
-    with a nice its submission rank back (nice 0): the size order passes a big job for at
-    most the starving time there too. Once per job: the next listing shows nice 0. Returns
-    the calls made."""
-    now, calls = timezone.now(), 0
-    for attempt in tracked:
-        found = by_tag.get(attempt.tag)
-        if found is None or found.nice <= 0 or not starving(attempt.job, now=now):
-            continue
-        if backend.attempt_outcome(found) != AttemptState.SUBMITTED:
-            continue
-        logger.info(
-            "job %s starving on %s: nice %s of %s cleared",
-            attempt.job_id, cluster.name, found.nice, found.backend_id,
-        )  # fmt: skip
-        try:
-            backend.clear_nice(found.backend_id)
-        except ClusterUnavailable:
-            return calls  # the next pass tries again
-        except SubmitRejected as exc:  # started or ended meanwhile: nothing left to do
-            logger.info("nice of %s not cleared: %s", found.backend_id, exc)
-        calls += 1
-    return calls
-
-
-def cancel_strays(*, cluster: Cluster, backend, backend_jobs: list, tracked: list) -> None:
-    """Cancel the cluster's queued or running jobs of attempts that have ended: a controller
-    that lost its last moments (slurmctld SIGKILLed after a job ended, before it saved that)
-    finds the job missing from its node and puts it back in the queue, requeue or not; left
-    there, it would run a second time, unseen."""
-    tracked_tags = {attempt.tag for attempt in tracked}
-    live = {}
-    for job in backend_jobs:
-        ours = job.tag.startswith("torus:") and job.tag not in tracked_tags
-        if ours and backend.attempt_outcome(job) not in ATTEMPT_ENDED:
-            live.setdefault(job.tag.removeprefix("torus:"), []).append(job)
-    if not live:
-        return
-    ended = JobAttempt.objects.filter(
-        job__cluster=cluster, pk__in=_uuids(live), state__in=ATTEMPT_ENDED
-    ).values_list("pk", "state")
-    for attempt_id, state in ended:
-        for job in live[str(attempt_id)]:
-            logger.warning(
-                "cancelling %s job %s: its attempt %s has ended (%s)",
-                cluster.name, job.backend_id, attempt_id, state,
-            )  # fmt: skip
-            try:
-                backend.cancel(job.backend_id)
-            except ClusterUnavailable:
-                return  # the next pass tries again
-
-
-def _uuids(values) -> list[uuid.UUID]:
-    out = []
-    for value in values:
-        with contextlib.suppress(ValueError):
-            out.append(uuid.UUID(value))
-    return out
-
-
-def cancel_requested(*, cluster: Cluster, backend, by_tag: dict) -> None:
-    """Re-issue the cancel of jobs whose cancel has not reached the cluster yet."""
-    attempts = JobAttempt.objects.filter(
-        job__cluster=cluster,
-        job__cancel_requested=True,
-        state__in=[AttemptState.SUBMITTED, AttemptState.RUNNING],
-    ).exclude(backend_id="")
-    for attempt in attempts:
-        found = by_tag.get(attempt.tag)
-        if found is None or backend.attempt_outcome(found) in ATTEMPT_ENDED:
-            continue
-        try:
-            backend.cancel(attempt.backend_id)
-        except ClusterUnavailable:
-            return

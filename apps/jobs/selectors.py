@@ -66,7 +66,7 @@ def read_log_chunk(*, job: Job, stream: str, offset: int, limit: int, attempt: i
 
 
 def node_cache_summary(*, actor, node: str | None = None) -> list[dict]:
-    """Dataset cache figures per node (apps/jobs/datasets.py) over the attempts of the jobs
+    """Dataset cache figures per node (apps/jobs/staging.py) over the attempts of the jobs
     the actor can see: files found in the cache, files staged, bytes staged and evicted."""
     from django.db.models import Count, F, Sum
 

@@ -1,4 +1,4 @@
-"""Writes for jobs: submit, cancel, restart, and the one function that changes a job's state.
+"""Writes for jobs: submit, cancel, restart (a job's state changes in apps/jobs/transitions.py).
 
 Submit, cancel and restart authorise at their boundary with the policy module's `authorize()`
 (the same call the API layer makes), so a caller outside the API (a task, a command, the
@@ -12,78 +12,22 @@ from django.utils import timezone
 
 from apps.compute.placement import candidate_clusters, choose_placement
 from apps.core.actor import Actor
-from apps.core.bulk import bulk_update
 from apps.core.exceptions import Conflict
 from apps.core.statements import insert_together
-from apps.jobs import paths, submit_cache
-from apps.jobs.datasets import datasets_resolve
+from apps.jobs import admission, paths, submit_cache
 from apps.jobs.inference import model_resolve
 from apps.jobs.models import ATTEMPT_ENDED, AttemptState, Job, JobAttempt, JobEvent
 from apps.jobs.spec import image_check, normalise, paths_check, secrets_check, totals
-from apps.jobs.states import TERMINAL, State, check_transition
-from apps.logs.live import publish_states
+from apps.jobs.staging import datasets_resolve
+from apps.jobs.states import TERMINAL, State
+from apps.jobs.transitions import events_announce, job_transition
+from apps.jobs.wake import request_cancel, request_dispatch
 from apps.quotas.models import Quota
 from apps.tenancy.audit import audit_event, audit_record
 from apps.tenancy.models import AuditEvent, Project
 from apps.tenancy.policies import authorize
 
 logger = logging.getLogger(__name__)
-
-
-TRANSITION_FIELDS = [
-    "state",
-    "state_reason",
-    "admitted_at",
-    "started_at",
-    "finished_at",
-    "queue_position",
-    "updated_at",
-]
-
-
-def transition_in_memory(*, job: Job, to: str, reason: str = "", attempt=None) -> JobEvent:
-    """Apply a checked transition to a (row-locked) job object and return its unsaved event.
-    Callers save the job's TRANSITION_FIELDS and the event, one by one or in bulk."""
-    check_transition(job.state, to)
-    now = timezone.now()
-    event = JobEvent(job=job, attempt=attempt, from_state=job.state, to_state=to, reason=reason)
-    job.state, job.state_reason, job.updated_at = to, reason, now
-    if to == State.QUEUED and job.admitted_at is None:
-        job.admitted_at = now
-    if to == State.RUNNING and job.started_at is None:
-        job.started_at = now
-    if to in TERMINAL:
-        job.finished_at, job.queue_position = now, None
-    if to == State.PENDING:
-        job.finished_at = None
-    return event
-
-
-def job_transition(*, job: Job, to: str, reason: str = "", attempt=None) -> JobEvent | None:
-    """Move a (row-locked) job to `to`, recording the event; a no-op if already there."""
-    if job.state == to:
-        if reason and reason != job.state_reason:
-            job.state_reason = reason
-            job.save(update_fields=["state_reason", "updated_at"])
-        return None
-    event = transition_in_memory(job=job, to=to, reason=reason, attempt=attempt)
-    events_record(events=[event])
-    job.save(update_fields=TRANSITION_FIELDS)
-    return event
-
-
-def events_record(*, events: list[JobEvent]) -> None:
-    """Save state-change events; once the transaction commits, push them to the jobs' live
-    viewers (/ws/jobs/{id}/)."""
-    if not events:
-        return
-    JobEvent.objects.bulk_create(events)
-    events_announce(events=events)
-
-
-def events_announce(*, events: list[JobEvent]) -> None:
-    """Push saved state-change events to the jobs' live viewers once they are committed."""
-    transaction.on_commit(lambda: publish_states(events=events))
 
 
 def job_submit(*, actor: Actor, project: Project, spec: dict) -> Job:
@@ -120,9 +64,6 @@ def jobs_create(*, actor: Actor, items: list[tuple[Project, dict]]) -> list[Subm
     tenant has quotas come from the web process's cache while nothing they depend on has
     changed (apps/jobs/submit_cache.py).
     """
-    from apps.jobs.admission import admit_submitted, admit_tenant  # admission imports us
-    from apps.jobs.tasks import request_dispatch  # tasks import this module
-
     for project in {project.pk: project for project, _ in items}.values():
         authorize(
             actor, resource="job", action="create", tenant_id=project.tenant_id, target=project
@@ -168,7 +109,7 @@ def jobs_create(*, actor: Actor, items: list[tuple[Project, dict]]) -> list[Subm
     events = {  # the tenant's live jobs lists show a new job at once
         job.pk: [JobEvent(job=job, to_state=State.PENDING, reason="submitted")] for job in jobs
     }
-    attempts, admitted = admit_submitted(jobs=at_once) if at_once else ([], [])
+    attempts, admitted = admission.admit_submitted(jobs=at_once) if at_once else ([], [])
     for event in admitted:
         events[event.job_id].append(event)
     written = [event for job in jobs for event in events[job.pk]]
@@ -189,7 +130,7 @@ def jobs_create(*, actor: Actor, items: list[tuple[Project, dict]]) -> list[Subm
     for cluster_id in {job.cluster_id for job in at_once}:
         transaction.on_commit(lambda c=cluster_id: request_dispatch(c))
     for tenant_id in limited:
-        admit_tenant(tenant_id=tenant_id)
+        admission.admit_tenant(tenant_id=tenant_id)
     by_id = (  # none without quotas (in_bulk([]) reads nothing)
         Job.objects.select_related("project", "user", "cluster")
         .prefetch_related("attempts", "events__attempt")
@@ -232,62 +173,8 @@ def _placement(*, spec: dict, project: Project, gens, seen: dict) -> tuple:
     return seen[key]
 
 
-def attempt_open(*, job: Job, reason: str = "") -> JobAttempt:
-    """A new attempt for a job, resuming from its latest checkpoint, avoiding failed nodes."""
-    return attempts_open(jobs=[job], reason=reason)[0]
-
-
-def attempts_open(*, jobs: list[Job], reason: str = "") -> list[JobAttempt]:
-    """New attempts for many jobs in one write: each resumes from its job's latest checkpoint
-    and inherits the nodes its previous attempt had to avoid."""
-    previous = {
-        row["job_id"]: row
-        for row in JobAttempt.objects.filter(job__in=jobs)
-        .order_by("job_id", "-number")
-        .distinct("job_id")
-        .values("job_id", "number", "excluded_nodes")
-    }
-    attempts, changed = attempts_build(jobs=jobs, previous=previous, reason=reason)
-    JobAttempt.objects.bulk_create(attempts)
-    if changed:
-        bulk_update(changed, ["latest_checkpoint", "latest_checkpoint_at"])
-    return attempts
-
-
-def attempts_build(
-    *, jobs: list[Job], previous: dict, reason: str = ""
-) -> tuple[list[JobAttempt], list[Job]]:
-    """The next attempts of `jobs` (unsaved), given each job's last attempt in `previous`
-    (job id -> number, excluded_nodes; none for a job never tried); and the jobs whose
-    latest checkpoint was found to have changed (updated in memory)."""
-    attempts, changed = [], []
-    for job in jobs:
-        last = previous.get(job.pk)
-        number = last["number"] + 1 if last else 1
-        directory = paths.attempt_dir(job, number)  # made by the dispatcher, as the job's user
-        latest = paths.latest_checkpoint(job.checkpoint_dir) if last else ""
-        if latest and latest != job.latest_checkpoint:
-            job.latest_checkpoint, job.latest_checkpoint_at = latest, timezone.now()
-            changed.append(job)
-        attempts.append(
-            JobAttempt(
-                job=job,
-                number=number,
-                state=AttemptState.QUEUED,
-                reason=reason,
-                excluded_nodes=list(last["excluded_nodes"]) if last else [],
-                resume_from=latest,
-                stdout_path=str(directory / "stdout.log"),
-                stderr_path=str(directory / "stderr.log"),
-            )
-        )
-    return attempts, changed
-
-
 def job_cancel(*, actor: Actor, job: Job) -> Job:
     """Cancel a job: at once if it never reached the backend, else through the backend."""
-    from apps.jobs.tasks import cancel_backend_jobs
-
     authorize(actor, resource="job", action="cancel", tenant_id=job.tenant_id, target=job)
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=job.pk)
@@ -295,7 +182,7 @@ def job_cancel(*, actor: Actor, job: Job) -> Job:
             raise Conflict(f"The job has already ended ({job.state}).")
         audit_record(actor=actor, tenant_id=job.tenant_id, action="job.cancel", target=job)
         job_cancel_locked(job=job, reason=f"cancelled by {actor.user}")
-        transaction.on_commit(lambda: cancel_backend_jobs.delay(str(job.pk)))
+        transaction.on_commit(lambda: request_cancel(job.pk))
     job.refresh_from_db()
     return job
 
@@ -322,18 +209,14 @@ def job_cancel_locked(*, job: Job, reason: str) -> bool:
 def project_jobs_stop(*, thing: Project, reason: str) -> None:
     """An archived project's unfinished jobs are cancelled (their quota freed), inside the
     archive's transaction; the backend is told once it commits."""
-    from apps.jobs.tasks import cancel_backend_jobs
-
     jobs = Job.objects.select_for_update().filter(project=thing, cancel_requested=False)
     for job in jobs.exclude(state__in=TERMINAL):
         if job_cancel_locked(job=job, reason=reason):
-            transaction.on_commit(lambda pk=job.pk: cancel_backend_jobs.delay(str(pk)))
+            transaction.on_commit(lambda pk=job.pk: request_cancel(pk))
 
 
 def job_restart(*, actor: Actor, job: Job) -> Job:
     """Run a finished job again (from its latest checkpoint), through admission."""
-    from apps.jobs.admission import admit_tenant  # admission imports this module
-
     authorize(actor, resource="job", action="restart", tenant_id=job.tenant_id, target=job)
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=job.pk)
@@ -343,6 +226,6 @@ def job_restart(*, actor: Actor, job: Job) -> Job:
         job.save(update_fields=["cancel_requested", "exit_code", "updated_at"])
         job_transition(job=job, to=State.PENDING, reason=f"restarted by {actor.user}")
         audit_record(actor=actor, tenant_id=job.tenant_id, action="job.restart", target=job)
-        admit_tenant(tenant_id=job.tenant_id)
+        admission.admit_tenant(tenant_id=job.tenant_id)
     job.refresh_from_db()
     return job

@@ -11,14 +11,19 @@ from apps.compute.models import Cluster
 from apps.core.passes import Pass, describe
 from apps.jobs import dispatch, reconcile
 from apps.jobs.admission import admit_tenant
-from apps.jobs.models import ATTEMPT_ENDED, Job
+from apps.jobs.models import ATTEMPT_ENDED, Job, JobAttempt
+from apps.jobs.outputs import model_register
 from apps.jobs.states import TERMINAL, State
+from apps.jobs.wake import wanted_key
 from apps.tenancy.models import Tenant
 
 logger = logging.getLogger(__name__)
 # one cluster whose pass raises (a backend that cannot be built, a row it cannot read) does not
 # keep the other clusters from being reconciled and dispatched, nor tenants from admission
 CONTROL = Pass("control")
+# A succeeded job's metrics come from its log lines: give the shipper this long to finish.
+SHIPPED_WAIT_TRIES = 60
+SHIPPED_WAIT_SECONDS = 2
 
 
 class _ClusterLock:
@@ -36,17 +41,6 @@ class _ClusterLock:
             cache.delete(self.key)
 
 
-def _wanted_key(cluster_id) -> str:
-    return f"torus:dispatch-wanted:{cluster_id}"
-
-
-def request_dispatch(cluster_id) -> None:
-    """Ask for a dispatch of a cluster; a request already waiting covers this one too, so
-    500 admissions make one task, not 500."""
-    if cache.add(_wanted_key(cluster_id), "1", timeout=30):
-        dispatch_cluster.delay(str(cluster_id))
-
-
 @shared_task(name="jobs.dispatch_cluster", acks_late=True)
 def dispatch_cluster(cluster_id: str) -> int:
     """Dispatch passes of a cluster while requests come in. A request made during a pass is
@@ -55,7 +49,7 @@ def dispatch_cluster(cluster_id: str) -> int:
     whose task found the lock held is served by the holder, and one made after the holder
     looked finds the lock free. The passes of one run recover orphans once, first, and share
     the identities they prepare (dispatch.IDENTITY_REUSE_SECONDS)."""
-    wanted, total, identities, first = _wanted_key(cluster_id), 0, {}, True
+    wanted, total, identities, first = wanted_key(cluster_id), 0, {}, True
     while True:
         with _ClusterLock("dispatch", cluster_id) as held:
             if not held:  # the holder serves this request after its pass
@@ -118,12 +112,30 @@ def cancel_backend_jobs(job_id: str) -> None:
             logger.warning("cancel of %s deferred: %s", attempt.backend_id, exc)
 
 
+@shared_task(name="jobs.register_model", bind=True, acks_late=True, max_retries=None)
+def register_model(self, attempt_id: str) -> str:
+    """Sent when a job with `register_model` in its spec succeeds (apps/jobs/outputs.py)."""
+    attempt = (
+        JobAttempt.objects.select_related("job__project__tenant", "job__user")
+        .filter(pk=attempt_id)
+        .first()
+    )
+    if attempt is None:
+        return ""
+    if not attempt.logs_shipped and self.request.retries < SHIPPED_WAIT_TRIES:
+        raise self.retry(countdown=SHIPPED_WAIT_SECONDS)
+    version = model_register(attempt=attempt)
+    if version is None:
+        return ""
+    logger.info("job %s registered %s (%s)", attempt.job_id, version, version.state)
+    return str(version.pk)
+
+
 @shared_task(name="jobs.inference_output", acks_late=True)
 def inference_output(attempt_id: str) -> str:
     """Sent by the reconciler when an inference job with `output_dataset` succeeds: its
     predictions become a new dataset version (apps/jobs/inference.py). Safe to run twice."""
     from apps.jobs.inference import output_register
-    from apps.jobs.models import JobAttempt
 
     attempt = (
         JobAttempt.objects.select_related("job__project__tenant", "job__user", "job__tenant")

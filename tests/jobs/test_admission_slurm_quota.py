@@ -64,7 +64,7 @@ def grp_tres(account: str) -> str:
 
 def test_the_dispatcher_keeps_the_tenant_account_at_the_quota(slurm_cluster):
     world = make_world("gpulimit")
-    account = "t-gpulimit"
+    account = f"t-{world.tenant.slug}"  # the tenant's (its worker's suffix under xdist)
     slurm("sacctmgr", "-i", "add", "account", account, "parent=root", check=False)
     slurm_cluster.config = {**slurm_cluster.config, "tenant_gpu_quota": "slurm"}
     slurm_cluster.save()
@@ -121,7 +121,8 @@ def test_lent_limits_split_the_spare_gpus_by_quota_and_never_past_a_need():
 
 def test_a_busy_tenant_is_lent_what_the_others_leave_idle_and_gives_it_back(slurm_cluster):
     busy, other = make_world("lendbusy"), make_world("lendother")
-    accounts = {"t-lendbusy": busy, "t-lendother": other}
+    accounts = {f"t-{w.tenant.slug}": w for w in (busy, other)}
+    busy_account, other_account = accounts
     for account in accounts:
         slurm("sacctmgr", "-i", "add", "account", account, "parent=root", check=False)
     slurm_cluster.config = {
@@ -155,17 +156,17 @@ def test_a_busy_tenant_is_lent_what_the_others_leave_idle_and_gives_it_back(slur
         job(busy, 2, "RUNNING")
         waiting = job(busy, 3, "SUBMITTED")  # past its quota, with the cluster idle
         sync()
-        assert grp_tres("t-lendbusy") == "gres/gpu=5"
-        assert grp_tres("t-lendother") == ""  # no work there: not touched
+        assert grp_tres(busy_account) == "gres/gpu=5"
+        assert grp_tres(other_account) == ""  # no work there: not touched
         others = job(other, capacity - 2, "SUBMITTED")  # its quota's worth: nothing spare
         sync()
-        assert grp_tres("t-lendbusy") == "gres/gpu=2"
-        assert grp_tres("t-lendother") == f"gres/gpu={capacity - 2}"
+        assert grp_tres(busy_account) == "gres/gpu=2"
+        assert grp_tres(other_account) == f"gres/gpu={capacity - 2}"
         others.state = waiting.state = "SUCCEEDED"
         others.save()
         waiting.save()
         assert sync() == {}  # nothing lent, nothing changed
-        assert grp_tres("t-lendbusy") == "gres/gpu=2"
+        assert grp_tres(busy_account) == "gres/gpu=2"
     finally:
         for account in accounts:
             slurm("sacctmgr", "-i", "delete", "account", account, check=False)

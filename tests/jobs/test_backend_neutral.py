@@ -5,12 +5,13 @@ import pytest
 from django.urls import reverse
 
 from apps.compute.backends.base import BackendJob, FileLogSource, LogRef
-from apps.compute.backends.slurm import SlurmBackend, _order, node_healthy
+from apps.compute.backends.slurm import SlurmBackend
+from apps.compute.backends.slurm_words import job_order, node_healthy
 from apps.compute.models import AcceleratorType, Cluster
 from apps.identity.services import JobIdentity
 from apps.jobs.dispatch import accelerator_resources, build_submission
-from apps.jobs.images import image_problem, image_repository, registry_entry_problem
 from apps.jobs.models import Job
+from apps.tenancy.images import image_problem, image_repository, registry_entry_problem
 from apps.tenancy.models import Role
 from tests.factories import ClusterFactory
 
@@ -229,13 +230,13 @@ def test_the_submission_names_owner_image_resource_and_labels(acme, k8s):
     job = Job.objects.get(pk=response.json()["id"])
     attempt = job.attempts.get()
     submission = build_submission(attempt, k8s, IDENTITY, resources=accelerator_resources())
-    assert (submission.tenant, submission.project) == ("acme", "acme-proj")
+    assert (submission.tenant, submission.project) == (acme.tenant.slug, acme.project.slug)
     assert submission.image == "registry.local/torus/run:1"  # the cluster's default
     assert submission.accelerator_resource == "nvidia.com/gpu"
     assert submission.labels == {
         "team": "vision",
-        "torus.io/tenant": "acme",
-        "torus.io/project": "acme-proj",
+        "torus.io/tenant": acme.tenant.slug,
+        "torus.io/project": acme.project.slug,
         "torus.io/job": str(job.id),
         "torus.io/attempt": "1",
     }
@@ -259,7 +260,7 @@ def test_slurm_translates_node_health_ids_and_waiting_words():
     assert node_healthy("IDLE") and node_healthy("MIXED")
     for state in ("DOWN", "IDLE+DRAIN", "DOWN*+NOT_RESPONDING", "UNKNOWN", "FAIL"):
         assert not node_healthy(state)
-    assert _order("812") == 812 and _order("12_3") == 12 and _order("x") == 0
+    assert job_order("812") == 812 and job_order("12_3") == 12 and job_order("x") == 0
     backend = SlurmBackend(Cluster(name="s", config={}))
     assert backend.display_name == "Slurm"
     waiting = BackendJob(backend_id="9", tag="torus:x", state="PENDING", reason="Resources")

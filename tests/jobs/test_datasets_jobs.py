@@ -5,8 +5,9 @@ serves the second job, evicts under its limit, and stays closed to another tenan
 import pytest
 from django.urls import reverse
 
-from apps.datasets import services as datasets
 from apps.datasets.tasks import project_storage_ensure
+from apps.datasets.uploads import upload_append
+from apps.datasets.versions import dataset_create, version_commit, version_create
 from apps.jobs.models import DatasetStage, Job
 from apps.tenancy.models import Role
 from tests.jobs.conftest import drive, output, submit
@@ -27,12 +28,12 @@ READ = (
 
 def make_version(world, name: str, files: dict[str, bytes], *, commit: bool = True):
     project_storage_ensure(str(world.project.pk))  # what the root worker does on first need
-    dataset = world.project.datasets.filter(name=name).first() or datasets.dataset_create(
+    dataset = world.project.datasets.filter(name=name).first() or dataset_create(
         actor=None, project=world.project, name=name
     )
-    version = datasets.version_create(actor=None, dataset=dataset)
+    version = version_create(actor=None, dataset=dataset)
     for path, data in files.items():
-        datasets.upload_append(
+        upload_append(
             actor=None,
             version=version,
             path=path,
@@ -42,7 +43,7 @@ def make_version(world, name: str, files: dict[str, bytes], *, commit: bool = Tr
             chunks=[data],
         )
     if commit:
-        version = datasets.version_commit(actor=None, version=version)
+        version = version_commit(actor=None, version=version)
     return version
 
 
@@ -74,7 +75,7 @@ def test_a_job_reads_its_dataset_read_only_and_the_second_job_reads_the_nodes_ca
     assert lines(first, "DATA") == ["hello data"] and lines(first, "LIST") == ["TRAIN"]
     assert tries(first) == {"write": "denied", "append": "denied"}
     cached = lines(first, "PATH")[0]
-    assert cached.startswith(settings.TORUS_DATASET_CACHE_ROOT + "/n1/acme/")
+    assert cached.startswith(settings.TORUS_DATASET_CACHE_ROOT + f"/n1/{acme.tenant.slug}/")
     attempt = first.attempts.get()
     assert list(attempt.dataset_versions.all()) == [version]
     stage = DatasetStage.objects.get(attempt=attempt)
@@ -110,7 +111,7 @@ def test_the_cache_off_reads_shared_storage_in_place_read_only(acme, slurm_clust
     job = run(acme, READ, datasets=[{"version": "corpus:1", "as": "TRAIN"}], dataset_cache=False)
     assert job.state == "SUCCEEDED", output(job)
     assert lines(job, "DATA") == ["in place"]
-    assert lines(job, "PATH")[0].startswith(settings.TORUS_JOB_ROOT + "/acme/")
+    assert lines(job, "PATH")[0].startswith(settings.TORUS_JOB_ROOT + f"/{acme.tenant.slug}/")
     assert tries(job) == {"write": "denied", "append": "denied"}
     stage = DatasetStage.objects.get(attempt__job=job)
     assert (stage.cache, stage.misses, stage.hits) == (False, 0, 0)

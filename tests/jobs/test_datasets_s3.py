@@ -1,4 +1,4 @@
-"""An S3 version in a staging plan (apps/jobs/datasets.py) and the stager downloading it from
+"""An S3 version in a staging plan (apps/jobs/staging.py) and the stager downloading it from
 the real S3-compatible server through presigned URLs: no credential in the plan, every file
 checked against its sha256, the second job served by the node's cache."""
 
@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 from django.conf import settings as django_settings
 
-from apps.datasets import services as datasets
 from apps.datasets.models import DatasetFile
 from apps.datasets.storage import storage_for
-from apps.jobs.datasets import STAGER, _version_entry
+from apps.datasets.uploads import upload_append
+from apps.datasets.versions import dataset_create, version_commit, version_create
+from apps.jobs.staging import STAGER, _version_entry
 
 NODE = "n1"
 
@@ -24,15 +25,15 @@ def s3_version(acme, settings):
     database = os.environ.get("TORUS_TEST_DATABASE_NAME", "test_torus")
     settings.TORUS_S3_BUCKET = database.replace("_", "-")
     settings.TORUS_DATASET_STORAGE = "s3"
-    dataset = datasets.dataset_create(actor=None, project=acme.project, name="remote")
-    version = datasets.version_create(actor=None, dataset=dataset)
+    dataset = dataset_create(actor=None, project=acme.project, name="remote")
+    version = version_create(actor=None, dataset=dataset)
     files = {"x/one.bin": os.urandom(300_000), "two.txt": b"two"}
     for path, data in files.items():
-        datasets.upload_append(
+        upload_append(
             actor=None, version=version, path=path, offset=0, total=len(data),
             length=len(data), chunks=[data],
         )  # fmt: skip
-    version = datasets.version_commit(actor=None, version=version)
+    version = version_commit(actor=None, version=version)
     assert version.storage_kind == "s3"
     yield version, files
     storage_for("s3").delete(prefix=version.storage_prefix)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from apps.jobs.datasets import STAGER
+from apps.jobs.staging import STAGER
 
 NODE = "n1"
 

@@ -11,7 +11,7 @@ from django.urls import reverse
 
 from apps.compute.backends import for_cluster
 from apps.compute.backends.base import ClusterUnavailable
-from apps.identity.directory import DirectoryUnavailable
+from apps.core.exceptions import DirectoryUnavailable
 from apps.identity.storage import project_root
 from apps.jobs import dispatch, paths, reconcile
 from apps.jobs.models import AttemptState, Job, JobAttempt
@@ -325,7 +325,7 @@ def test_recording_a_pass_moves_each_claimed_job_once_and_announces_it(
     """What a pass records after the cluster accepted its attempts: each attempt SUBMITTED
     with its backend id, each job still QUEUED moved with its event, published to its live
     viewers. A job cancelled meanwhile stays cancelled; an attempt not claimed is left."""
-    from apps.jobs import services
+    from apps.jobs import transitions
 
     ids = [submit(acme.client(Role.MEMBER), acme.project, command=["true"])["id"] for _ in range(3)]
     claimed = dispatch.claim(cluster=cluster, limit=2)
@@ -333,7 +333,7 @@ def test_recording_a_pass_moves_each_claimed_job_once_and_announces_it(
     cancelled = next(iter(attempts.values())).job
     Job.objects.filter(pk=cancelled.pk).update(state="CANCELLED")
     published = []
-    monkeypatch.setattr(services, "publish_states", lambda *, events: published.extend(events))
+    monkeypatch.setattr(transitions, "publish_states", lambda *, events: published.extend(events))
     accepted = {pk: f"{100 + n}" for n, pk in enumerate(attempts)}
     with django_capture_on_commit_callbacks(execute=True), django_assert_num_queries(1):
         dispatch.mark_submitted_many(submitted=accepted, via="Slurm")
@@ -366,3 +366,21 @@ def test_recording_a_pass_moves_each_claimed_job_once_and_announces_it(
     (left,) = set(ids) - {str(a.job_id) for a in attempts.values()}
     assert Job.objects.get(pk=left).state == "QUEUED"
     assert JobAttempt.objects.get(job_id=left).state == "QUEUED"
+
+
+def test_an_association_the_cluster_lost_is_made_again_and_the_job_runs(acme, slurm_cluster):
+    from apps.identity.models import ClusterAssociation
+
+    first = drive(_queued(acme, 1, command=("true",))[0])
+    assert first.state == "SUCCEEDED", first.state_reason
+    made = ClusterAssociation.objects.get(cluster=slurm_cluster)
+    # behind the platform's back (an accounting database reset, an operator's sacctmgr)
+    slurm("sacctmgr", "-i", "delete", "user", made.user, f"account={made.account}")
+    second = drive(_queued(acme, 1, command=("true",))[0], timeout=120)
+    assert second.state == "SUCCEEDED", second.state_reason
+    assert (
+        made.user
+        in slurm(
+            "sacctmgr", "-n", "-P", "show", "assoc", f"account={made.account}", "format=user"
+        ).split()
+    )

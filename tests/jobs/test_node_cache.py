@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from apps.jobs.datasets import STAGER
 from apps.jobs.node_cache import node_sweep
+from apps.jobs.staging import STAGER
 
 NODE = "n1"
 USERS = {("acme", "vision", 299101), ("acme", "vision", 299102), ("globex", "nlp", 299103)}

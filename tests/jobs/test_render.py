@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from apps.compute.backends.base import SubmitRejected
-from apps.compute.backends.slurm import LAUNCHER, render_request, sbatch_options
+from apps.compute.backends.slurm_request import LAUNCHER, render_request, sbatch_options
 from apps.compute.models import Cluster
 from apps.identity.services import JobIdentity
 from apps.jobs.dispatch import build_submission

@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from apps.jobs.models import JobEvent
-from apps.jobs.services import job_transition
 from apps.jobs.states import TERMINAL, TRANSITIONS, IllegalTransition, State
+from apps.jobs.transitions import job_transition
 from apps.tenancy.models import Role
 from tests.conftest import make_world
 from tests.factories import make_job

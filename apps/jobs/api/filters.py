@@ -3,7 +3,7 @@
 from django.core.exceptions import ValidationError as DjangoValidationError
 
 from apps.jobs.models import Job
-from apps.jobs.spec import LABEL_KEY_RE, LABEL_VALUE_RE
+from apps.jobs.spec_fields import LABEL_KEY_RE, LABEL_VALUE_RE
 from apps.jobs.states import State
 from apps.tenancy.api.filters import TenantFilterMixin, TextFilter, is_uuid
 

@@ -11,7 +11,6 @@ from rest_framework.response import Response
 
 from apps.core.api.parsers import JSONParser, YAMLParser
 from apps.core.api.validation import validated
-from apps.core.api.views import TenantScopedViewSet
 from apps.jobs import services
 from apps.jobs.api import render
 from apps.jobs.api.filters import JobFilter
@@ -31,6 +30,7 @@ from apps.jobs.selectors import node_cache_summary, read_log_chunk
 from apps.jobs.spec import JobSpecSerializer
 from apps.logs.models import SignatureMatch
 from apps.logs.selectors import job_metric_series
+from apps.tenancy.api.viewsets import TenantScopedViewSet
 
 
 class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet):

@@ -1,20 +1,13 @@
-"""Jobs read dataset versions: the spec names them, submission resolves them, dispatch hands
-each attempt a staging plan, and the attempt's stager (apps/compute/backends/stager.py) puts
-them read-only in the node's cache or points the job at shared storage.
+"""Staging the dataset versions a job reads: the spec names them, submission resolves them,
+dispatch hands each attempt a staging plan, and the attempt's stager
+(apps/compute/backends/stager.py) puts them read-only in the node's cache (its directories
+and cap: apps/jobs/node_cache.py) or points the job at shared storage; its reports are
+recorded when the attempt ends.
 
     <attempt dir>/datasets.json            the plan (files, sha256, sources), 0440 the user's
                  /stager.py                the stager itself (the node needs nothing installed)
                  /datasets-<node>.env      TORUS_DATASET_<AS>=<path>, written by the stager
                  /dataset-cache-<node>.json  its report: hits, misses, bytes staged
-
-The node cache (settings.TORUS_DATASET_CACHE_ROOT) is made here, through the privileged
-helper (apps/identity/privileged.py), for every node of the cluster; other tenants cannot
-traverse it and only the user's jobs read their subtree:
-
-    <cache root>/<node>/                  root            0755
-      <tenant>/                           root:t-<tenant> 0750
-        <project>/                        root:p-<t>_<p>  0750
-          <uid>/                          <user>:p-<t>_<p> 0700  the stager's cache
 """
 
 import json
@@ -28,8 +21,8 @@ from django.conf import settings
 from django.db import transaction
 from rest_framework import serializers
 
+from apps.compute.backends import backend_class
 from apps.compute.backends.base import SubmitRejected
-from apps.compute.models import Backend as BackendKind
 from apps.compute.models import Cluster
 from apps.core.actor import Actor
 from apps.datasets.models import DatasetFile, DatasetVersion, VersionState
@@ -37,10 +30,10 @@ from apps.identity import privileged, tree
 from apps.identity.storage import StorageError, tenant_root
 from apps.jobs import paths
 from apps.jobs.models import DatasetStage, JobAttempt
+from apps.jobs.node_cache import NODE_RE, cache_dir_template, cache_dirs_ensure, cluster_sweep
 
 STAGER = Path(__file__).resolve().parents[1] / "compute" / "backends" / "stager.py"
 REF_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]{0,63}):([1-9][0-9]{0,8})$")
-NODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 URL_SECONDS = 7 * 24 * 3600  # the longest an S3 presigned URL may live
 REPORT_MAX_BYTES = 256 * 1024
 REPORT_RE = re.compile(r"^dataset-cache-.+\.json$")
@@ -84,39 +77,6 @@ def datasets_resolve(*, actor: Actor, project, refs: list[dict]) -> list[dict]:
 
 def plan_path(job, number: int) -> Path:
     return paths.attempt_dir(job, number) / "datasets.json"
-
-
-def cache_dir_template(job, identity) -> str:
-    """The user's cache subtree on a node, with '{node}' for the node's name."""
-    root = Path(settings.TORUS_DATASET_CACHE_ROOT)
-    return str(root / "{node}" / job.tenant.slug / job.project.slug / str(identity.uid))
-
-
-def cache_dirs_ensure(*, cluster: Cluster, job, identity) -> None:
-    """The user's cache subtree on every node of the cluster (here the nodes share this
-    machine's disk; on a site with many machines the same runs on each node), made by the
-    privileged helper in one request."""
-    root = Path(settings.TORUS_DATASET_CACHE_ROOT)
-    Dir = privileged.Directory
-    dirs = [Dir(str(root), 0, 0, 0o755)]  # jobs of every tenant enter their subtree
-    for name in cluster.nodes.values_list("name", flat=True):
-        if not NODE_RE.match(name):
-            continue
-        node = root / name
-        tenant = node / job.tenant.slug
-        project = tenant / job.project.slug
-        dirs += [
-            Dir(str(node), 0, 0, 0o755, enforce=True),
-            # the platform's account lists the subtrees (apps/jobs/node_cache.py) through an
-            # ACL entry; the subtrees themselves stay their users' alone
-            Dir(str(tenant), 0, identity.tenant_gid, 0o750, platform_acl=True, enforce=True),
-            Dir(str(project), 0, identity.gid, 0o750, platform_acl=True, enforce=True),
-            Dir(str(project / str(identity.uid)), identity.uid, identity.gid, 0o700, enforce=True),
-        ]
-    try:
-        privileged.directories_make(dirs=dirs)
-    except privileged.HelperError as exc:
-        raise StorageError(f"the dataset cache's directories: {exc}") from exc
 
 
 def _version_entry(version: DatasetVersion, ref: dict, files: list[dict]) -> dict:
@@ -165,13 +125,11 @@ def attempt_datasets_prepare(*, attempt: JobAttempt, cluster: Cluster, identity)
         .values("version_id", "path", "size", "sha256")
     ):
         files[str(row.pop("version_id"))].append(row)
-    # The node cache is a directory on each node that Slurm jobs reach; a cluster without
-    # one (Kubernetes: pods mount only the project's volume) reads versions in place.
-    node_cache = cluster.config.get("dataset_node_cache", cluster.backend == BackendKind.SLURM)
+    # The node cache is a directory on each node that the cluster's jobs reach; a cluster
+    # without one (the backend's dataset_node_cache, or the config's) reads versions in place.
+    node_cache = cluster.config.get("dataset_node_cache", backend_class(cluster).dataset_node_cache)
     cache = bool(job.spec.get("dataset_cache", True)) and bool(node_cache)
     if cache:
-        from apps.jobs.node_cache import cluster_sweep
-
         cache_dirs_ensure(cluster=cluster, job=job, identity=identity)
         needed = sum(f["size"] for key in versions for f in files[key])
         cluster_sweep(cluster=cluster, needed=needed)
