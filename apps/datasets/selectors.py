@@ -6,31 +6,9 @@ from collections.abc import Iterator
 
 from django.db.models import Sum
 
-from apps.core.actor import Actor
-from apps.datasets.models import Dataset, DatasetFile, DatasetUpload, DatasetVersion
+from apps.datasets.models import DatasetFile, DatasetUpload, DatasetVersion
 from apps.datasets.storage import storage_for
 from apps.datasets.storage.base import CHUNK_BYTES
-
-
-def datasets_visible(*, actor: Actor):
-    return Dataset.objects.visible_to(actor).select_related("project", "tenant")
-
-
-def version_by_ref(*, actor: Actor, ref: str, project=None) -> DatasetVersion | None:
-    """A version named as "<dataset name>:<number>" (in `project`, or the actor's only match)
-    or by its UUID, among the versions the actor may see."""
-    versions = DatasetVersion.objects.visible_to(actor).select_related("dataset__project")
-    name, sep, number = ref.rpartition(":")
-    if sep and number.isdigit():
-        versions = versions.filter(dataset__name=name, number=int(number))
-        if project is not None:
-            versions = versions.filter(dataset__project=project)
-        found = list(versions[:2])
-        return found[0] if len(found) == 1 else None
-    try:
-        return versions.filter(pk=ref).first()
-    except Exception:  # not a UUID
-        return None
 
 
 def version_compare(*, old: DatasetVersion, new: DatasetVersion) -> dict:

@@ -10,8 +10,9 @@ import pytest
 from django.db import connection
 from django.urls import reverse
 
-from apps.datasets import services
+from apps.datasets.errors import DatasetConflict
 from apps.datasets.models import DatasetFile, DatasetVersion
+from apps.datasets.versions import version_commit
 from apps.identity.storage import project_root, tenant_root
 from apps.tenancy.models import Role
 from tests.datasets.conftest import (
@@ -174,9 +175,9 @@ def test_two_concurrent_commits_leave_exactly_one(acme):
     def commit_once():
         try:
             barrier.wait()
-            services.version_commit(actor=None, version=version)
+            version_commit(actor=None, version=version)
             results.append("committed")
-        except services.DatasetConflict as exc:
+        except DatasetConflict as exc:
             results.append(exc.code)
         finally:
             connection.close()
@@ -237,7 +238,7 @@ def test_a_second_writer_of_the_same_upload_is_refused(acme_storage):
     from apps.datasets.storage.base import UploadOffsetMismatch
 
     storage = storage_for("posix")
-    key = f"acme/acme-proj/datasets/{'d' * 8}/v1/f"
+    key = f"{acme_storage.tenant.slug}/{acme_storage.project.slug}/datasets/{'d' * 8}/v1/f"
     upload = storage.begin_upload(key=key)
     storage.append(key=key, upload_id=upload, offset=0, chunks=[b"12"])
     path = project_root(acme_storage.project) / "datasets" / ".uploads" / upload

@@ -138,7 +138,7 @@ def test_the_cli_uploads_to_s3_and_downloads_a_file_and_the_version(acme_s3, asg
     (data / "x" / "blob").write_bytes(payload)
     (data / "readme").write_bytes(b"hello")
     upload = torus(
-        "datasets", "upload", str(data), "--name", "remote", "--project", "acme-proj",
+        "datasets", "upload", str(data), "--name", "remote", "--project", acme_s3.project.slug,
         "--storage", "s3",
     )  # fmt: skip
     assert upload.returncode == 0, upload.stderr

@@ -5,7 +5,7 @@ link between the listing and the copy is not followed; the real directory regist
 
 import pytest
 
-from apps.datasets import services
+from apps.datasets import directories
 from apps.datasets.models import DatasetFile, DatasetVersion
 from apps.identity.storage import project_root, tenant_root
 from tests.datasets.conftest import create_dataset, member, open_version, version_url
@@ -47,7 +47,7 @@ def test_a_directory_swapped_for_a_link_after_the_listing_is_not_followed(
     theirs = tenant_root(globex.tenant) / "proj" / "sub"
     theirs.mkdir(parents=True)
     (theirs / "a.txt").write_bytes(b"globex secret")
-    listed = services._walk_regular_files
+    listed = directories.walk_regular_files
 
     def then_swap(top_fd):
         found = listed(top_fd)
@@ -55,7 +55,7 @@ def test_a_directory_swapped_for_a_link_after_the_listing_is_not_followed(
         (source / "sub").symlink_to(theirs)
         return found
 
-    monkeypatch.setattr(services, "_walk_regular_files", then_swap)
+    monkeypatch.setattr(directories, "walk_regular_files", then_swap)
     client = member(acme_storage)
     dataset = create_dataset(client, acme_storage.project)
     open_version(client, dataset["id"])

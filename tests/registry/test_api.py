@@ -213,7 +213,7 @@ def test_concurrent_moves_of_one_alias_are_each_audited_from_where_the_last_left
 
     from django.db import connection
 
-    from apps.registry import services
+    from apps.registry.aliases import alias_set
 
     client = acme.client(Role.MEMBER)
     model = create_model(client, acme.project)
@@ -226,7 +226,7 @@ def test_concurrent_moves_of_one_alias_are_each_audited_from_where_the_last_left
     def move(version):
         try:
             barrier.wait()
-            services.alias_set(actor=None, model=row, name="production", version=version)
+            alias_set(actor=None, model=row, name="production", version=version)
         except Exception as exc:  # reported by the assertion below
             errors.append(exc)
         finally:

@@ -9,7 +9,7 @@ import pytest
 
 from apps.datasets.models import Dataset, DatasetVersion
 from apps.identity.storage import project_root
-from apps.jobs.services import attempt_open
+from apps.jobs.attempts import attempt_open
 from apps.registry.models import ModelVersion
 from apps.tenancy.models import Role
 from tests.factories import make_job

@@ -5,7 +5,7 @@ regression moves. They do not depend on how many versions, aliases or datasets t
 import pytest
 from django.db import connection
 
-from apps.jobs.services import attempt_open
+from apps.jobs.attempts import attempt_open
 from apps.tenancy.models import Role
 from tests.factories import make_job
 from tests.registry.test_api import create_model, models_url, upload_version

@@ -91,7 +91,7 @@ def test_a_succeeded_training_job_registers_its_model(
     assert b"".join(response.streaming_content) == (written / "model.pt").read_bytes()
 
     # the task runs again (a redelivered message): still one version
-    from apps.registry.tasks import register_from_attempt
+    from apps.jobs.tasks import register_model
 
-    register_from_attempt.apply(args=[str(attempt.pk)])
+    register_model.apply(args=[str(attempt.pk)])
     assert ModelVersion.objects.filter(model=model).count() == 1

@@ -1,4 +1,4 @@
-"""Registration from a path of the tree (apps/registry/services.py) reads it through the one
+"""Registration from a path of the tree (apps/registry/trees.py) reads it through the one
 reader of tenants' trees (apps/identity/tree.py): a link as a PARENT of the path, whether there
 when the API checks it or swapped in before the worker copies, fails the registration naming
 the link and copies nothing; the same directory reached without a link registers (control)."""
@@ -9,7 +9,7 @@ import pytest
 
 from apps.identity.storage import project_root
 from apps.registry.models import ModelVersion
-from apps.registry.services import version_import
+from apps.registry.trees import version_import
 from apps.tenancy.models import Role
 from tests import tenant_tree
 from tests.registry.test_api import create_model, models_url

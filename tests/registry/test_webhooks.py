@@ -10,8 +10,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from apps.registry import webhooks
+from apps.registry.deliveries import backoff_seconds
 from apps.registry.models import Webhook, WebhookDelivery
-from apps.registry.services import backoff_seconds
 from apps.tenancy.models import Role
 from tests.registry.test_api import create_model, models_url, upload_version
 

@@ -25,10 +25,9 @@ from rest_framework.response import Response
 
 from apps.core.api.errors import error_body
 from apps.core.api.schema import ErrorSerializer
-from apps.core.api.views import PatchOnlyMixin, TenantScopedViewSet
 from apps.core.exceptions import Conflict
 from apps.core.streaming import BodyInterrupted, async_chunks
-from apps.datasets import selectors, services
+from apps.datasets import selectors
 from apps.datasets.api.serializers import (
     DatasetCompareQuerySerializer,
     DatasetCompareSerializer,
@@ -44,11 +43,20 @@ from apps.datasets.api.serializers import (
     DatasetVersionCreateSerializer,
     DatasetVersionSerializer,
 )
+from apps.datasets.directories import version_register_directory
 from apps.datasets.models import Dataset, DatasetFile, DatasetVersion, VersionState
 from apps.datasets.paths import file_path_problem
 from apps.datasets.storage import storage_for
 from apps.datasets.storage.base import Sealed, StorageError
+from apps.datasets.uploads import upload_abort, upload_append, upload_state
+from apps.datasets.versions import (
+    dataset_create,
+    version_commit,
+    version_create,
+    version_discard,
+)
 from apps.tenancy.api.lifecycle import LifecycleMixin
+from apps.tenancy.api.viewsets import PatchOnlyMixin, TenantScopedViewSet
 
 # an upload's body is taken in pieces of this size (fewer hand-offs between threads)
 UPLOAD_READ_BYTES = 4 * 1024 * 1024
@@ -111,7 +119,7 @@ class DatasetViewSet(
     def create(self, request, *args, **kwargs):
         body = DatasetCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        dataset = services.dataset_create(
+        dataset = dataset_create(
             actor=self.actor,
             project=self.write_scope,
             name=body.validated_data["name"],
@@ -215,7 +223,7 @@ class DatasetVersionViewSet(CodedConflictMixin, mixins.ListModelMixin, TenantSco
         self.check_object_permissions(request, dataset)
         body = DatasetVersionCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        version = services.version_create(
+        version = version_create(
             actor=self.actor,
             dataset=dataset,
             notes=body.validated_data["notes"],
@@ -225,7 +233,7 @@ class DatasetVersionViewSet(CodedConflictMixin, mixins.ListModelMixin, TenantSco
 
     def destroy(self, request, *args, **kwargs):
         """Discard an open version and its files (a committed one never changes: 409)."""
-        services.version_discard(actor=self.actor, version=self.get_object())
+        version_discard(actor=self.actor, version=self.get_object())
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     # -- filling ---------------------------------------------------------------------------------
@@ -262,7 +270,7 @@ class DatasetVersionViewSet(CodedConflictMixin, mixins.ListModelMixin, TenantSco
                 body = error_body(411, "Content-Length is required.", code="length_required")
                 return Response(body, status=411)
             length = int(raw)
-            state = services.upload_append(
+            state = upload_append(
                 actor=self.actor,
                 version=version,
                 path=params.validated_data["path"],
@@ -276,8 +284,8 @@ class DatasetVersionViewSet(CodedConflictMixin, mixins.ListModelMixin, TenantSco
         params.is_valid(raise_exception=True)
         path = params.validated_data["path"]
         if request.method == "DELETE":
-            services.upload_abort(version=version, path=path)
-        state = services.upload_state(version=version, path=path)
+            upload_abort(version=version, path=path)
+        state = upload_state(version=version, path=path)
         return Response(DatasetUploadStateSerializer(state).data)
 
     @extend_schema(request=DatasetRegisterSerializer, responses=DatasetVersionSerializer)
@@ -287,7 +295,7 @@ class DatasetVersionViewSet(CodedConflictMixin, mixins.ListModelMixin, TenantSco
         version = self.get_object()
         body = DatasetRegisterSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        version = services.version_register_directory(
+        version = version_register_directory(
             actor=self.actor, version=version, path=body.validated_data["path"]
         )
         return Response(DatasetVersionSerializer(version).data)
@@ -296,7 +304,7 @@ class DatasetVersionViewSet(CodedConflictMixin, mixins.ListModelMixin, TenantSco
     @action(detail=True, methods=["post"], policy_action="commit")
     def commit(self, request, **kwargs):
         """Make the version immutable (manifest fixed, files sealed); exactly once."""
-        version = services.version_commit(actor=self.actor, version=self.get_object())
+        version = version_commit(actor=self.actor, version=self.get_object())
         return Response(DatasetVersionSerializer(version).data)
 
     # -- reading ---------------------------------------------------------------------------------

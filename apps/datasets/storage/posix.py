@@ -118,7 +118,11 @@ class PosixStorage(Storage):
                 continue
             except OSError as exc:
                 raise StorageError(f"cannot make {directory}: {exc.strerror}") from exc
-            os.chmod(directory, DIR_MODE)
+            # only when mkdir's mode is short (a umask): the platform account, outside the
+            # project's group, drops the inherited setgid with any chmod, and the files below
+            # would then land in its own group, out of the project's jobs' reach
+            if stat.S_IMODE(os.lstat(directory).st_mode) != DIR_MODE:
+                os.chmod(directory, DIR_MODE)
             _own(directory)
 
     # -- uploads --------------------------------------------------------------------------------

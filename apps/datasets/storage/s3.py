@@ -4,15 +4,9 @@ A key is the object's name in settings.TORUS_S3_BUCKET. The platform alone holds
 keys (platform/services/components/s3 writes them to services.env); clients and jobs (the
 dataset stager) only get presigned GET URLs for single objects (`download_url`).
 
-Uploads are S3 multipart uploads; the multipart upload id is the storage upload id. Parts
-must be at least 5 MiB except the last, while a client appends in whatever chunks it sends,
-so appended bytes go first to a tail file on local disk (settings.TORUS_S3_STAGING_DIR,
-`<sha256 of bucket, key, upload id>/tail-<n>`); once it holds TORUS_S3_PART_BYTES it is sent
-as part n in a thread while tail-<n+1> fills (one part in flight), and removed once S3 has
-it. The stored size is the parts S3 lists plus the staged tails of the parts it lacks: the
-resume state lives in S3 (upload id, part list) and on disk, never in memory. A tail whose
-part S3 already lists (a crash between the two steps) is stale and dropped. Resuming must
-reach a process that sees the same staging directory (one web machine, or a shared dir).
+Uploads are S3 multipart uploads; the multipart upload id is the storage upload id. Appended
+bytes are staged on local disk until they fill a part (apps/datasets/storage/s3_staging.py):
+the resume state lives in S3 (upload id, part list) and on disk, never in memory.
 
 Sealing: S3 has no read-only prefix short of object lock (which would also block deleting a
 dataset), so `seal` records a marker object `.torus-sealed/<prefix>/.seal` and every write
@@ -21,14 +15,12 @@ unfinished uploads under the prefix are aborted. Only the platform holds write k
 """
 
 import contextlib
-import fcntl
 import hashlib
 import io
-import os
 import shutil
 import threading
 from collections.abc import Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import BinaryIO
 
@@ -38,6 +30,8 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 from django.conf import settings
 
+from apps.compute.builds import still_building
+from apps.datasets.storage import s3_staging as staging
 from apps.datasets.storage.base import (
     Sealed,
     Storage,
@@ -48,21 +42,12 @@ from apps.datasets.storage.base import (
 
 SEAL_ROOT = ".torus-sealed"
 SEAL_NAME = ".seal"
-MIN_PART_BYTES = 5 * 1024 * 1024
 MAX_URL_SECONDS = 7 * 24 * 3600  # SigV4's limit for a presigned URL
 _MISSING = {"404", "NoSuchKey", "NotFound"}
 
 
 def _code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
-
-
-def _own(path: Path) -> None:
-    """Run as root (tests; the portal's processes are the platform account), give what it
-    made in the staging directory to that directory's owner (the platform account)."""
-    if os.geteuid() == 0:
-        info = Path(settings.TORUS_S3_STAGING_DIR).stat()
-        os.chown(path, info.st_uid, info.st_gid, follow_symlinks=False)
 
 
 class _ObjectReader(io.RawIOBase):
@@ -83,46 +68,6 @@ class _ObjectReader(io.RawIOBase):
         if not self.closed:
             self._body.close()
         super().close()
-
-
-class _PartSender:
-    """Sends full parts in a thread while the caller fills the next one: at most one part in
-    flight, so at most two wait on disk. A part's file goes once S3 has it. Leaving the block
-    waits for the part in flight (also after an error), so a resumed upload finds either the
-    part in S3 or its file on disk."""
-
-    def __init__(self, storage: "S3Storage", key: str, upload_id: str):
-        self._storage, self._key, self._upload_id = storage, key, upload_id
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="s3-part")
-        self._in_flight: tuple[Future, Path] | None = None
-
-    def send(self, number: int, path: Path) -> None:
-        self.wait()
-        future = self._pool.submit(
-            self._storage._send_part, self._key, self._upload_id, number, path
-        )
-        self._in_flight = (future, path)
-
-    def wait(self) -> None:
-        if self._in_flight is not None:
-            future, path = self._in_flight
-            self._in_flight = None
-            future.result()
-            path.unlink(missing_ok=True)
-
-    def __enter__(self) -> "_PartSender":
-        return self
-
-    def __exit__(self, kind, error, trace) -> None:
-        try:
-            if kind is None:
-                self.wait()
-            elif self._in_flight is not None:
-                # the first error is the one to report; this part's fate shows in S3
-                with contextlib.suppress(Exception):
-                    self.wait()
-        finally:
-            self._pool.shutdown(wait=True)
 
 
 class S3Storage(Storage):
@@ -216,7 +161,7 @@ class S3Storage(Storage):
                 f"S3 refused {what}: {error.get('Code', '?')} {error.get('Message', '')}".strip()
             ) from exc
         except BotoCoreError as exc:
-            raise StorageError(f"S3 unreachable for {what}: {exc}") from exc
+            raise StorageError(f"S3 unreachable for {what}: {exc}{still_building('s3')}") from exc
 
     # -- keys -----------------------------------------------------------------------------------
 
@@ -258,24 +203,9 @@ class S3Storage(Storage):
         digest = hashlib.sha256(f"{self.bucket}\0{key}\0{upload_id}".encode()).hexdigest()
         return Path(settings.TORUS_S3_STAGING_DIR) / digest[:40]
 
-    @contextlib.contextmanager
     def _staged(self, key: str, upload_id: str):
         """The upload's staging directory, locked against a concurrent append or finish."""
-        root = Path(settings.TORUS_S3_STAGING_DIR)
-        directory = self._staging(key, upload_id)
-        try:
-            root.mkdir(mode=0o700, parents=True, exist_ok=True)
-            directory.mkdir(mode=0o700, exist_ok=True)
-            _own(directory)
-            fd = os.open(directory / "lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-            _own(directory / "lock")
-        except OSError as exc:
-            raise StorageError(f"staging for {key}: {exc.strerror}") from exc
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield directory
-        finally:
-            os.close(fd)
+        return staging.locked(self._staging(key, upload_id), key=key)
 
     def _parts(self, key: str, upload_id: str) -> list[dict]:
         client = self._s3()
@@ -295,61 +225,12 @@ class S3Storage(Storage):
             raise StorageError(f"upload {upload_id} of {key} has a gap in its parts")
         return parts
 
-    @staticmethod
-    def _tails(directory: Path, parts: list[dict]) -> list[tuple[int, Path]]:
-        """The staged parts S3 does not have yet, in order: (number, file) from part
-        len(parts)+1 on, every one full but the last. Tails of parts S3 already lists (a crash
-        between sending a part and removing its file) are stale and dropped."""
-        following = len(parts) + 1
-        tails = []
-        for path in directory.glob("tail-*"):
-            number = path.name.removeprefix("tail-")
-            if number.isdigit() and int(number) >= following:
-                tails.append((int(number), path))
-            else:
-                path.unlink(missing_ok=True)
-        tails.sort()
-        if [number for number, _ in tails] != list(range(following, following + len(tails))):
-            raise StorageError(f"the staged parts in {directory} have a gap")
-        return tails
-
-    @staticmethod
-    def _size_of(path: Path) -> int:
-        try:
-            return path.stat().st_size
-        except FileNotFoundError:
-            return 0
-
     def _send_part(self, key: str, upload_id: str, number: int, path: Path) -> dict:
         with self._errors(f"part {number} of {key}"), open(path, "rb") as body:
             answer = self._s3().upload_part(
                 Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=body
             )
         return {"PartNumber": number, "ETag": answer["ETag"]}
-
-    @staticmethod
-    def _open_tail(key: str, tail: Path):
-        try:
-            out = open(tail, "ab", buffering=0)  # noqa: SIM115 (closed by the caller)
-            _own(tail)
-            return out
-        except OSError as exc:
-            raise StorageError(f"staging {key}: {exc.strerror}") from exc
-
-    @staticmethod
-    def _write(key: str, out, piece: memoryview) -> int:
-        """Write all of `piece` to the unbuffered tail file; returns its length."""
-        done = 0
-        try:
-            while done < len(piece):
-                done += out.write(piece[done:])
-        except OSError as exc:
-            raise StorageError(f"staging {key}: {exc.strerror}") from exc
-        return done
-
-    @staticmethod
-    def _part_bytes() -> int:
-        return max(int(settings.TORUS_S3_PART_BYTES), MIN_PART_BYTES)
 
     # -- uploads --------------------------------------------------------------------------------
 
@@ -367,27 +248,27 @@ class S3Storage(Storage):
         key = self._key(key)
         with self._staged(key, upload_id) as directory:
             parts = self._parts(key, upload_id)
-            staged = sum(self._size_of(path) for _, path in self._tails(directory, parts))
+            staged = sum(staging.size_of(path) for _, path in staging.tails(directory, parts))
             return sum(part["Size"] for part in parts) + staged
 
     def append(self, *, key: str, upload_id: str, offset: int, chunks: Iterable[bytes]) -> int:
         key = self._key(key)
         self._check_writable(key)
-        part_bytes = self._part_bytes()
+        part_bytes = staging.part_bytes()
         with self._staged(key, upload_id) as directory:
             parts = self._parts(key, upload_id)
-            tails = self._tails(directory, parts)
+            tails = staging.tails(directory, parts)
             stored = sum(part["Size"] for part in parts)
-            stored += sum(self._size_of(path) for _, path in tails)
+            stored += sum(staging.size_of(path) for _, path in tails)
             if stored != offset:
                 raise UploadOffsetMismatch(stored=stored, offset=offset)
-            with _PartSender(self, key, upload_id) as sender:
+            with staging.PartSender(partial(self._send_part, key, upload_id)) as sender:
                 for number, path in tails[:-1]:  # full parts a crash left unsent
                     sender.send(number, path)
                 number, tail = tails[-1] if tails else (len(parts) + 1, None)
                 tail = tail or directory / f"tail-{number}"
-                filled = self._size_of(tail)
-                out = self._open_tail(key, tail)
+                filled = staging.size_of(tail)
+                out = staging.open_tail(key, tail)
                 try:
                     # the chunks come from the client: their errors (a dropped connection)
                     # go up as they are, after what arrived before them is staged
@@ -400,9 +281,9 @@ class S3Storage(Storage):
                                 sender.send(number, tail)
                                 number += 1
                                 tail = directory / f"tail-{number}"
-                                out = self._open_tail(key, tail)
+                                out = staging.open_tail(key, tail)
                                 filled = 0
-                            written = self._write(key, out, view[: part_bytes - filled])
+                            written = staging.write(key, out, view[: part_bytes - filled])
                             view = view[written:]
                             filled += written
                             stored += written
@@ -416,7 +297,9 @@ class S3Storage(Storage):
         client = self._s3()
         with self._staged(key, upload_id) as directory:
             parts = self._parts(key, upload_id)
-            tails = [(n, path) for n, path in self._tails(directory, parts) if path.stat().st_size]
+            tails = [
+                (n, path) for n, path in staging.tails(directory, parts) if path.stat().st_size
+            ]
             if not parts and len(tails) <= 1:
                 # Within one part: a plain PUT (also for an empty file, which a multipart
                 # upload cannot hold), then the multipart upload is dropped.
@@ -449,7 +332,7 @@ class S3Storage(Storage):
     def put_file(self, *, key: str, source: Path) -> None:
         key = self._key(key)
         self._check_writable(key)
-        part_bytes = self._part_bytes()
+        part_bytes = staging.part_bytes()
         transfer = TransferConfig(
             multipart_threshold=part_bytes, multipart_chunksize=part_bytes, max_concurrency=4
         )

@@ -26,7 +26,7 @@ from apps.registry.models import (
     WebhookDelivery,
     WebhookEvent,
 )
-from apps.registry.services import MAX_CARD, MAX_METRICS, MAX_PARAMS
+from apps.registry.validation import MAX_CARD, MAX_METRICS, MAX_PARAMS
 
 # a version number (a positive PostgreSQL integer), a file's size (what a bigint holds)
 MAX_NUMBER_IN_SEQUENCE = 2**31 - 1

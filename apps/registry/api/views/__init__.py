@@ -1,0 +1,2 @@
+"""The registry's API views, one module per resource (models, versions, aliases, webhooks,
+lineage)."""
