@@ -8,11 +8,16 @@ class ServingConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from apps.jobs.kinds import kind_register
+        from apps.jobs.models import Kind
         from apps.serving import routes
         from apps.serving.models import Deployment, Replica
+        from apps.serving.replicas import serve_environment, serve_prepare
         from apps.serving.services import deployment_revive, deployment_stop
         from apps.tenancy import lifecycle
 
+        # a serve job runs only as a live replica, with its deployment's engine key
+        kind_register(Kind.SERVE, prepare=serve_prepare, secrets=serve_environment)
         # a project member added or removed: the gateway's routes of its deployments change
         routes.connect_signals()
         # a deployment that ran replicas is archived, not deleted; a project's or a model's

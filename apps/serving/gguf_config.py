@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from apps.serving.model_config import ModelConfig
+from apps.compute.model_config import ModelConfig
 
 # ggml type id -> (elements per block, bytes per block): ggml's type traits (gguf-py's
 # GGML_QUANT_SIZES; tests/serving/test_fit.py compares the two).

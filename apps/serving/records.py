@@ -237,12 +237,3 @@ def usage_response(*, deployment, params) -> dict:
     if not 1 <= minutes <= MAX_MINUTES:
         raise ValidationError({"minutes": [f"Must be between 1 and {MAX_MINUTES}."]})
     return usage(deployment_id=deployment.pk, minutes=minutes)
-
-
-def _reset_for_tests() -> None:
-    """Forget what is queued (a test's rows belong to its own database)."""
-    while True:
-        try:
-            _queue.get_nowait()
-        except queue.Empty:
-            return

@@ -24,14 +24,15 @@ from apps.identity import tree
 from apps.identity.storage import tenant_root
 from apps.jobs import paths
 from apps.jobs.models import Job, Kind
-from apps.jobs.states import TERMINAL, State
+from apps.jobs.states import TERMINAL
+from apps.jobs.wake import request_cancel
 from apps.serving.keys import engine_key
 from apps.serving.models import Deployment, Replica, ReplicaState
 
 logger = logging.getLogger(__name__)
 
 # $1 engine, $2 model file, $3 slots, $4 context per slot, $5 KV-cache type, $6 model alias,
-# $7 CPUs (Slurm's count of the allocation wins).
+# $7 CPUs (the count the backend's launcher allotted, TORUS_CPUS_PER_TASK, wins).
 # Where the cluster says where the engine lies and listens (Kubernetes: the serving image's
 # engine, the pod's IP and a fixed port: apps/compute/backends/kubernetes/manifests.serving),
 # TORUS_SERVE_* set them; otherwise the node's engine on a free loopback port.
@@ -46,7 +47,7 @@ printf '{"host": "%s", "port": %d}\n' "$host" "$port" > "$HOME/serve.json.tmp"
 mv -f "$HOME/serve.json.tmp" "$HOME/serve.json"
 exec "${TORUS_SERVE_ENGINE:-$1}" --model "$2" --alias "$6" --host "$host" --port "$port" \
   --parallel "$3" --ctx-size $(( $3 * $4 )) --cache-type-k "$5" --cache-type-v "$5" \
-  --threads "${SLURM_CPUS_PER_TASK:-$7}" --metrics --no-webui
+  --threads "${TORUS_CPUS_PER_TASK:-$7}" --metrics --no-webui
 """
 INFO_FILE = "serve.json"
 INFO_MAX_BYTES = 4096
@@ -137,7 +138,6 @@ def replica_cancel(*, replica: Replica) -> None:
     """Cancel a replica's job (the platform's doing, not a user's: no authorisation); its
     attempt on the cluster is cancelled by the jobs' reconciler."""
     from apps.jobs.services import job_cancel_locked
-    from apps.jobs.tasks import cancel_backend_jobs
 
     if replica.job_id is None:
         return
@@ -146,12 +146,12 @@ def replica_cancel(*, replica: Replica) -> None:
         if job.state in TERMINAL or job.cancel_requested:
             return
         if job_cancel_locked(job=job, reason="replica stopped by its deployment"):
-            transaction.on_commit(lambda: _cancel_soon(cancel_backend_jobs, job.pk))
+            transaction.on_commit(lambda: _cancel_soon(job.pk))
 
 
-def _cancel_soon(task, job_id) -> None:
+def _cancel_soon(job_id) -> None:
     try:
-        task.delay(str(job_id))
+        request_cancel(job_id)
     except Exception as exc:  # the broker down: the jobs' reconciler re-issues the cancel
         logger.warning("cancel of job %s left to the reconciler: %s", job_id, exc)
 
@@ -296,10 +296,6 @@ def read_metrics(*, replica: Replica, timeout: float = 2.0) -> dict[str, float] 
     if response.status_code != 200:
         return None
     return parse_metrics(response.text)
-
-
-def job_running(job: Job | None) -> bool:
-    return job is not None and job.state == State.RUNNING
 
 
 def job_ended(job: Job | None) -> bool:

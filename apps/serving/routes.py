@@ -13,7 +13,6 @@ some); `serving:last:<deployment id>` is the time of the last request (scale to 
 
 import json
 import os
-import time
 from datetime import UTC, datetime
 
 from django.conf import settings
@@ -60,6 +59,7 @@ def build(*, deployment_id) -> dict:
         "tenant_id": str(deployment.tenant_id),
         "project_id": str(deployment.project_id),
         "state": deployment.state,
+        "state_reason": deployment.state_reason,  # a FAILED one's, answered by the gateway
         # names a request's "model" may give: the deployment's, the model's, a version's
         "models": sorted(
             {
@@ -110,11 +110,6 @@ def last_request_at(*, deployment_id) -> datetime | None:
     last emptied; the database's Deployment.last_request_at trails it by the records' batch)."""
     value = redis_client().get(LAST.format(deployment_id))
     return datetime.fromtimestamp(float(value), tz=UTC) if value else None
-
-
-def note_request(*, deployment_id, now: float | None = None) -> None:
-    """For callers outside the gateway (tests, the CLI's direct paths)."""
-    redis_client().set(LAST.format(deployment_id), repr(now or time.time()))
 
 
 def _on_project_member(sender, instance, **kwargs) -> None:

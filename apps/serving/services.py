@@ -1,5 +1,5 @@
 """Writes for deployments: create, update (scale, version, limits), delete, wake, a replica
-reported broken, keys; and the events that record each change.
+reported broken; and the events that record each change. Keys: apps/serving/deployment_keys.py.
 
 Each authorises at its boundary with the policy module's `authorize()` (the same call the API
 layer makes). Replicas are started and stopped by the reconciler (apps/serving/reconcile.py),
@@ -13,12 +13,10 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from apps.core.actor import Actor
-from apps.serving import keys as serving_keys
 from apps.serving import routes
 from apps.serving.models import (
     Deployment,
     DeploymentEvent,
-    DeploymentKey,
     DeploymentState,
     EventKind,
     Replica,
@@ -54,11 +52,11 @@ def event_record(
 
 
 def fit_check(*, deployment: Deployment, version) -> dict:
-    """Will one replica of `version` fit what the deployment asks for (apps/serving/fit.py)?
+    """Will one replica of `version` fit what the deployment asks for (apps/compute/fit.py)?
     A 400 at `gpus` (or `memory` on CPU) with the estimator's reason when it cannot; the
     estimate otherwise (kept in the deployment's event)."""
+    from apps.compute.fit import check_deployment
     from apps.jobs.inference import model_path
-    from apps.serving.fit import check_deployment
     from apps.serving.gguf_config import GGUFError, config_from_gguf
     from apps.serving.replicas import model_file
 
@@ -423,59 +421,3 @@ def replica_mark_unhealthy(*, replica: Replica, reason: str) -> None:
         data={"replica": str(replica.pk)},
     )
     routes.publish_on_commit(deployment_id=replica.deployment_id)
-
-
-# -- keys ---------------------------------------------------------------------------------------
-
-
-def key_create(*, actor: Actor, deployment: Deployment, name: str) -> tuple[DeploymentKey, str]:
-    """A new `tsk_` key for the deployment's gateway path: (row, plaintext shown once)."""
-    authorize(
-        actor,
-        resource="deployment",
-        action="keys",
-        tenant_id=deployment.tenant_id,
-        target=deployment,
-    )
-    token, prefix, digest = serving_keys.new_token()
-    with transaction.atomic():
-        key = DeploymentKey.objects.create(
-            deployment=deployment,
-            name=name,
-            prefix=prefix,
-            token_hash=digest,
-            created_by=actor.user,
-        )
-        audit_record(
-            actor=actor,
-            tenant_id=deployment.tenant_id,
-            action="deployment.key.create",
-            target=deployment,
-            changes={"key": [None, name]},
-        )
-        routes.publish_on_commit(deployment_id=deployment.pk)
-    return key, token
-
-
-def key_revoke(*, actor: Actor, key: DeploymentKey) -> DeploymentKey:
-    deployment = key.deployment
-    authorize(
-        actor,
-        resource="deployment",
-        action="keys",
-        tenant_id=deployment.tenant_id,
-        target=deployment,
-    )
-    with transaction.atomic():
-        if key.revoked_at is None:
-            key.revoked_at = timezone.now()
-            key.save(update_fields=["revoked_at", "updated_at"])
-            audit_record(
-                actor=actor,
-                tenant_id=deployment.tenant_id,
-                action="deployment.key.revoke",
-                target=deployment,
-                changes={"key": [key.name, None]},
-            )
-        routes.publish_on_commit(deployment_id=deployment.pk)
-    return key

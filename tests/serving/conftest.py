@@ -14,8 +14,10 @@ import pytest
 from django.conf import settings
 from django.urls import reverse
 
-from apps.registry import services as registry
+from apps.registry.aliases import alias_set
 from apps.registry.models import RegisteredModel
+from apps.registry.uploads import version_create_with_files
+from apps.registry.versions import model_create
 from apps.serving.models import Deployment, DeploymentEvent
 from apps.serving.reconcile import reconcile_all
 from apps.tenancy.access import actor_for_user
@@ -54,13 +56,13 @@ def register_gguf(world, path: Path, *, name: str = "tiny", alias: str | None = 
     actor = actor_for_user(user=world.users[Role.MEMBER])
     model = RegisteredModel.objects.filter(project=world.project, name=name).first()
     if model is None:
-        model = registry.model_create(actor=actor, project=world.project, name=name)
+        model = model_create(actor=actor, project=world.project, name=name)
     with path.open("rb") as handle:
-        version = registry.version_create_with_files(
+        version = version_create_with_files(
             actor=actor, model=model, files=[(path.name, handle)], framework="gguf"
         )
     if alias:
-        registry.alias_set(actor=actor, model=model, name=alias, version=version)
+        alias_set(actor=actor, model=model, name=alias, version=version)
     return version
 
 

@@ -27,6 +27,12 @@ def test_deploy_list_chat_logs_scale_and_remove(env, acme, gguf_version, serving
     assert "[tiny] READY" in done.stderr, done.stderr
     assert "tiny@production" in done.stdout and "1/1 (1-1)" in done.stdout, done.stdout
     deployment = Deployment.objects.get(name="tiny")
+    # again, the same alias: nothing changes (a README run twice); another reference: refused
+    again = run_cli("deploy", "tiny@production", "--wait", "--timeout", "60", env=env)
+    assert again.returncode == 0 and "[tiny] deployed already, unchanged" in again.stderr
+    assert Deployment.objects.get().pk == deployment.pk
+    pinned = run_cli("deploy", "tiny:1", env=env)
+    assert pinned.returncode == 1 and "named 'tiny' exists" in pinned.stderr, pinned.stderr
 
     listed = json.loads(run_cli("--json", "deployments", "ls", env=env).stdout)
     assert [(d["name"], d["state"]) for d in listed] == [("tiny", "READY")]

@@ -1,12 +1,11 @@
 """The engine as built by `make engines` (scripts/build-llama-server), and the fit estimate
 against what it reports: llama-server started on the generated GQA and MHA models with f16
 and q8_0 KV caches; its load-time log lines (the KV cache, the model buffer, the compute and
-output buffers) parsed and compared with apps/serving/fit.py's numbers: the KV cache exactly,
+output buffers) parsed and compared with apps/compute/fit.py's numbers: the KV cache exactly,
 the weights within 0.5 %, the compute and output buffers under the estimate's activations."""
 
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -16,8 +15,9 @@ import httpx
 import pytest
 from django.conf import settings
 
-from apps.serving import fit
+from apps.compute import fit
 from apps.serving.gguf_config import config_from_gguf
+from scripts.devstack import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 MAKE_MODEL = REPO / "examples" / "serving" / "make_tiny_llama.py"
@@ -56,12 +56,6 @@ def models(tmp_path_factory) -> dict[str, Path]:
         "mha": make_model(root / "mha.gguf", "--kv-heads", "4"),
         "q8": make_model(root / "q8.gguf", "--weights", "q8_0", "--ff", "704", "--layers", "2"),
     }
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Engine:

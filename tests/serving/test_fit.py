@@ -11,11 +11,11 @@ import pytest
 from django.conf import settings
 from django.urls import reverse
 
+from apps.compute import fit
+from apps.compute.model_config import ConfigError, config_from_dict
 from apps.compute.models import AcceleratorType
 from apps.jobs.models import Job
-from apps.serving import fit
 from apps.serving.gguf_config import GGML_BLOCKS, GGUFError, config_from_gguf, read_header
-from apps.serving.model_config import ConfigError, config_from_dict
 from apps.tenancy.models import Role
 from tests.conftest import bearer_client
 

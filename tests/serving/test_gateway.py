@@ -31,18 +31,12 @@ from apps.serving.models import (
     ServingRequest,
 )
 from apps.tenancy.models import Role
+from scripts.devstack import free_port
+from tests.kubernetes.kube_helpers import wait_for as until
 from tests.serving.conftest import flush_records
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Engine:
@@ -335,10 +329,11 @@ def test_balancing_across_replicas_and_a_replica_killed_mid_traffic(acme, engine
     threads = [threading.Thread(target=client_loop, args=(i % 2 == 1,)) for i in range(4)]
     for thread in threads:
         thread.start()
-    time.sleep(3)
+    both = {str(doomed.pk), str(survivor.pk)}
+    until(lambda: {r[2] for r in list(results) if r[1] == 200} >= both, what="both answering")
     first.kill()  # returns once the process is gone: requests begun from here find it dead
     killed_at.append(time.monotonic())
-    time.sleep(4)
+    until(lambda: sum(r[0] >= killed_at[0] for r in list(results)) >= 8, what="8 after the kill")
     stop.set()
     for thread in threads:
         thread.join(timeout=60)

@@ -14,6 +14,7 @@ import pytest
 from apps.serving import routes
 from apps.serving.models import Deployment, DeploymentEvent, ServingRequest
 from apps.tenancy.models import Role
+from tests.kubernetes.kube_helpers import wait_for as until
 from tests.serving.conftest import (
     deploy,
     engine_pid,
@@ -132,12 +133,13 @@ def test_a_replica_process_killed_mid_traffic(acme, gguf_version, serving_loop, 
     deployment = wait_ready(made["id"], replicas=2, timeout=300)
     doomed, survivor = deployment.replicas.filter(state="READY").order_by("created_at")
     traffic = Traffic(asgi_server.url, made["id"], acme.tokens[Role.MEMBER])
-    time.sleep(3)
+    both = {str(doomed.pk), str(survivor.pk)}
+    until(lambda: {r[2] for r in list(traffic.results) if r[1] == 200} >= both, what="both answer")
     pid = engine_pid(doomed.port)
     os.kill(pid, signal.SIGKILL)
     wait_dead(pid)  # a request begun while it was still dying was in flight on it
     killed_at = time.monotonic()
-    time.sleep(4)
+    until(lambda: sum(r[0] >= killed_at for r in list(traffic.results)) >= 8, what="8 after it")
     results = traffic.finish()
 
     before = [r for r in results if r[0] < killed_at]
@@ -162,7 +164,7 @@ def test_rolling_update_under_traffic_fails_no_request(
     made = deploy(client, acme.project, replicas=2, replicas_max=2, slots=2, context=512)
     wait_ready(made["id"], replicas=2, timeout=300)
     traffic = Traffic(asgi_server.url, made["id"], acme.tokens[Role.MEMBER])
-    time.sleep(2)
+    until(lambda: len(traffic.results) >= 4, what="traffic flowing")
     new = register_gguf(acme, tiny_gguf)  # version 2, `production` moves to it
     try:
 
@@ -176,7 +178,9 @@ def test_rolling_update_under_traffic_fails_no_request(
             )
 
         wait_for(made["id"], condition=rolled, timeout=240, what="the rollout")
-        time.sleep(2)
+        done = time.monotonic()  # traffic on the new replicas too, then at least 20 in all
+        until(lambda: sum(r[0] >= done for r in list(traffic.results)) >= 4, what="after it")
+        until(lambda: len(traffic.results) >= 20, what="20 requests")
     finally:
         results = traffic.finish()
     statuses = [r[1] for r in results]

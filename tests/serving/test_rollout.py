@@ -8,7 +8,7 @@ import time
 import pytest
 from django.urls import reverse
 
-from apps.registry import services as registry
+from apps.registry.aliases import alias_set
 from apps.serving.models import Deployment, DeploymentEvent
 from apps.tenancy.access import actor_for_user
 from apps.tenancy.models import Role
@@ -65,7 +65,7 @@ def test_moving_the_followed_alias_rolls_the_replicas_over(
     second = register_gguf(acme, tiny_gguf, alias=None)  # version 2, not yet aliased
     assert second.number == 2
     actor = actor_for_user(user=acme.users[Role.MEMBER])
-    registry.alias_set(actor=actor, model=second.model, name="production", version=second)
+    alias_set(actor=actor, model=second.model, name="production", version=second)
 
     wait_for(made["id"], condition=rolled_to(2, 2), timeout=240, what="v2 on 2 replicas")
     check_sequence(made["id"], old=1, new=2, replicas=2)

@@ -1,6 +1,6 @@
 """POST /api/v1/fit/: does a model fit these accelerators, and with which tensor-parallel
 degree? An estimate from the model's config.json, or from the header of a registered GGUF
-version the caller may read (apps/serving/fit.py); nothing is written."""
+version the caller may read (apps/compute/fit.py); nothing is written."""
 
 import dataclasses
 
@@ -10,14 +10,14 @@ from rest_framework.exceptions import NotFound
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.core.api.permissions import restrict
+from apps.compute import fit
+from apps.compute.fit_fields import HFConfigField, TrainingShapeSerializer
+from apps.compute.model_config import ModelConfig, config_from_dict
 from apps.jobs.inference import model_ref_problem
-from apps.jobs.spec import TOKEN_RE, FlexibleField, parse_memory_mb
-from apps.serving import fit
-from apps.serving.fit_fields import HFConfigField, TrainingShapeSerializer
+from apps.jobs.spec_fields import TOKEN_RE, FlexibleField, parse_memory_mb
 from apps.serving.gguf_config import GGUFError, config_from_gguf
-from apps.serving.model_config import ModelConfig, config_from_dict
 from apps.tenancy.access import actor_for
+from apps.tenancy.api.permissions import restrict
 
 # weights as stored for serving: (elements per block, bytes per block)
 WEIGHT_TYPES = {

@@ -8,7 +8,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from apps.core.api.serializers import StrictSerializer
-from apps.jobs.spec import TOKEN_RE, FlexibleField, parse_memory_mb
+from apps.jobs.spec_fields import TOKEN_RE, FlexibleField, parse_memory_mb
 from apps.serving.models import (
     Deployment,
     DeploymentEvent,
@@ -94,20 +94,16 @@ class DeploymentCreateSerializer(DeploymentLimitsMixin, StrictSerializer):
         return value
 
     def validate_cluster(self, value):
-        from apps.compute.models import Backend, Cluster
+        from apps.compute.backends import backend_class
+        from apps.compute.models import Cluster
 
         cluster = Cluster.objects.filter(name=value).first()
         if cluster is None:
             raise serializers.ValidationError(f"No cluster named {value!r}.")
-        # Slurm: the engine lies in the nodes' shared root; Kubernetes: in the cluster's
-        # serving image (apps/compute/backends/kubernetes/manifests.serving)
-        if cluster.backend == Backend.KUBERNETES and not (cluster.config or {}).get(
-            "serving_image"
-        ):
-            raise serializers.ValidationError(
-                f"Cluster {value!r} has no serving image (config.serving_image): it runs no "
-                "deployments."
-            )
+        # where the cluster's engine lies is the backend's to say (Backend.serving_problem)
+        problem = backend_class(cluster).serving_problem(config=cluster.config or {})
+        if problem:
+            raise serializers.ValidationError(f"Cluster {value!r} {problem}")
         return cluster
 
     validate_gpu_type = staticmethod(_token)

@@ -8,8 +8,7 @@ from rest_framework import mixins, status
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from apps.core.api.views import PatchOnlyMixin, TenantScopedViewSet
-from apps.serving import selectors, services
+from apps.serving import deployment_keys, selectors, services
 from apps.serving.api.serializers import (
     DeploymentCreateSerializer,
     DeploymentEventSerializer,
@@ -24,6 +23,7 @@ from apps.serving.api.serializers import (
 )
 from apps.serving.models import Deployment
 from apps.tenancy.api.lifecycle import LifecycleMixin
+from apps.tenancy.api.viewsets import PatchOnlyMixin, TenantScopedViewSet
 
 
 class DeploymentViewSet(
@@ -122,7 +122,7 @@ class DeploymentViewSet(
             return self.get_paginated_response(DeploymentKeySerializer(page, many=True).data)
         serializer = KeyCreateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        key, token = services.key_create(
+        key, token = deployment_keys.key_create(
             actor=self.actor, deployment=deployment, name=serializer.validated_data["name"]
         )
         key.token = token
@@ -142,7 +142,7 @@ class DeploymentViewSet(
         if key is None:
             raise Http404("Key not found.")
         key.deployment = deployment
-        services.key_revoke(actor=self.actor, key=key)
+        deployment_keys.key_revoke(actor=self.actor, key=key)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(

@@ -158,7 +158,3 @@ def authorize(caller: Caller, route: dict, *, method: str) -> None:
         )
     if caller.read_only and method != "GET":
         raise GatewayError(403, "This token is read-only.", code="permission_denied")
-
-
-def clear() -> None:
-    _tokens.clear()
