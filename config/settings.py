@@ -169,6 +169,8 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = TORUS_MAX_BODY_BYTES
 
 # /readyz waits this long (seconds) for a Celery worker to answer a ping.
 TORUS_READYZ_CELERY_TIMEOUT = env_int("TORUS_READYZ_CELERY_TIMEOUT", 1, minimum=1)
+# The background builds' status files (scripts/builds, which `make up` starts).
+TORUS_BUILDS_DIR = VAR_DIR / "run" / "builds"
 
 # Jobs: where their files live (shared with the compute nodes), and the control loops.
 # Files jobs see live outside VAR_DIR (which holds the platform's secrets): under DATA_DIR,
@@ -287,11 +289,11 @@ TORUS_SIGNIN_WINDOW_SECONDS = env_int("TORUS_SIGNIN_WINDOW_SECONDS", 15 * 60, mi
 TORUS_SIGNIN_LOCKOUT_SECONDS = env_int("TORUS_SIGNIN_LOCKOUT_SECONDS", 15 * 60, minimum=1)
 
 # Sign-in against the directory (TORUS_LDAP_URL, TORUS_LDAP_BASE_DN above; people are
-# uid=<name>,ou=people,<base>; apps/tenancy/directory.py): tried first, then local accounts.
+# uid=<name>,ou=people,<base>; apps/tenancy/ldap_signin.py): tried first, then local accounts.
 TORUS_LDAP_ENABLED = env_bool("TORUS_LDAP_ENABLED", True)
 TORUS_LDAP_TIMEOUT = env_int("TORUS_LDAP_TIMEOUT", 3, minimum=1)  # seconds, connect and reply
 AUTHENTICATION_BACKENDS = [
-    *(["apps.tenancy.directory.TorusLDAPBackend"] if TORUS_LDAP_ENABLED else []),
+    *(["apps.tenancy.ldap_signin.TorusLDAPBackend"] if TORUS_LDAP_ENABLED else []),
     "django.contrib.auth.backends.ModelBackend",
 ]
 
@@ -355,7 +357,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": [
         "rest_framework.permissions.IsAuthenticated",
-        "apps.core.api.permissions.MatrixPermission",  # the role matrix, on every action
+        "apps.tenancy.api.permissions.MatrixPermission",  # the role matrix, on every action
     ],
     "DEFAULT_PARSER_CLASSES": ["apps.core.api.parsers.JSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["apps.core.api.renderers.JSONRenderer"],  # orjson
@@ -397,7 +399,7 @@ SPECTACULAR_SETTINGS = {
         "JobKindEnum": "apps.jobs.models.Kind",
         "ModelVersionStateEnum": "apps.registry.models.VersionState",
         "KvCacheTypeEnum": "apps.serving.models.KvCacheType",
-        "EstimateKvCacheTypeEnum": "apps.serving.fit.KV_TYPE_NAMES",
+        "EstimateKvCacheTypeEnum": "apps.compute.fit.KV_TYPE_NAMES",
         "PurgeKindEnum": "apps.lifecycle.models.Kind",
     },
 }

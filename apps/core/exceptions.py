@@ -16,3 +16,12 @@ class Unavailable(Exception):
 
     code = "unavailable"
     message = "A service this request needs is unavailable; try again later."
+
+
+class DirectoryUnavailable(Unavailable):
+    """The directory (LDAP) did not answer: nothing was written; try again later. Raised by
+    the POSIX directory (apps/identity/posix_directory.py) and the LDAP sign-in
+    (apps/tenancy/ldap_signin.py)."""
+
+    code = "directory_unavailable"
+    message = "The directory service is unreachable; try again later."

@@ -20,6 +20,19 @@ def check(name: str):
     return register
 
 
+# What /readyz reports beside the checks without deciding readiness (the builds still going
+# on, say): name -> callable returning JSON data.
+DETAILS: dict[str, Callable[[], object]] = {}
+
+
+def detail(name: str):
+    def register(func: Callable[[], object]) -> Callable[[], object]:
+        DETAILS[name] = func
+        return func
+
+    return register
+
+
 @check("database")
 def _database() -> None:
     with connection.cursor() as cursor:
@@ -60,4 +73,9 @@ def readyz(request):
             results[name] = {"status": "error", "error": f"{type(exc).__name__}: {exc}"[:300]}
         results[name]["ms"] = round((time.monotonic() - started) * 1000, 1)
     body = {"status": "ok" if ready else "unavailable", "checks": results}
+    for name, func in DETAILS.items():
+        try:
+            body[name] = func()
+        except Exception as exc:  # a detail that cannot be read says so; readiness stands
+            body[name] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
     return JsonResponse(body, status=200 if ready else 503)

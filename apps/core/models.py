@@ -17,9 +17,6 @@ class TenantQuerySet(models.QuerySet):
             return self.none()
         return self.filter(**{f"{path}__in": actor.tenant_ids})
 
-    def in_tenant(self, tenant_id: uuid.UUID) -> "TenantQuerySet":
-        return self.filter(**{self.model.tenant_path: tenant_id})
-
 
 class BaseModel(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
-from apps.identity.directory import DirectoryUnavailable, directory
+from apps.core.exceptions import DirectoryUnavailable
 from apps.identity.models import ClusterAssociation, GroupKind, IdCounter, PosixAccount, PosixGroup
+from apps.identity.posix_directory import directory
 from apps.tenancy.models import Project, Tenant
 
 POSIX_NAME_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
@@ -291,3 +292,9 @@ def job_identity(*, job, backend, cluster) -> JobIdentity:
         tenant_gid=tenant_group.gid,
         account=project_group.name,
     )
+
+
+def association_forget(*, cluster, user: str, account: str) -> None:
+    """The cluster lost the association the platform made (AssociationMissing): the next
+    job_identity makes it again."""
+    ClusterAssociation.objects.filter(cluster=cluster, account=account, user=user).delete()

@@ -10,10 +10,10 @@ or a seccomp filter refuses that system call, one component at a time with `O_NO
 absolute relative part is refused (`TreeRefused`): a link a job planted cannot lead the
 platform into the machine or into another tenant's tree, whatever uid the platform runs as.
 
-Callers: model registration (apps/registry/services.py), dataset registration and inference
-outputs (apps/datasets/services.py, apps/jobs/inference.py), the node cache's sweeps
+Callers: model registration (apps/registry/trees.py), dataset registration and inference
+outputs (apps/datasets/directories.py, apps/jobs/inference.py), the node cache's sweeps
 (apps/jobs/node_cache.py), checkpoints and exit files (apps/jobs/paths.py), stager reports
-(apps/jobs/datasets.py), attempt logs (apps/compute/backends/base.py FileLogSource) and
+(apps/jobs/staging.py), attempt logs (apps/compute/backends/base.py FileLogSource) and
 replicas' serve.json and stderr (apps/serving/replicas.py).
 """
 

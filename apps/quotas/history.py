@@ -9,11 +9,11 @@ attempts running now have no record yet: each counts its GPUs from its start unt
 second statement), so the chart shows what is allocated while it runs.
 """
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from django.apps import apps
 from django.db import connection
-from django.db.models import F
+from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from apps.core.actor import Actor
@@ -26,6 +26,14 @@ GROUPS = {
     "user": ("tenant", "user"),
 }
 MAX_BUCKETS = 1000
+# The job attempts an actor may see (jobs' JobAttempt.objects.visible_to), registered by jobs
+# from its AppConfig.ready(): quotas never import jobs.
+_ATTEMPTS_VISIBLE: list[Callable[[Actor], QuerySet]] = []
+
+
+def attempts_visible_register(source: Callable[[Actor], QuerySet]) -> None:
+    """Register where the attempts running now (not yet in the ledger) are read from."""
+    _ATTEMPTS_VISIBLE[:] = [source]
 
 
 def bucket_start(moment: datetime, *, bucket: str) -> datetime:
@@ -119,7 +127,8 @@ def utilisation_history(
 
 def _running(*, actor: Actor, end: datetime, keys, names: dict):
     """The attempts the actor may see running, started before `end`, without a ledger line."""
-    attempts = apps.get_model("jobs", "JobAttempt").objects.visible_to(actor)
+    (visible,) = _ATTEMPTS_VISIBLE  # registered by jobs (apps/jobs/apps.py)
+    attempts = visible(actor)
     names = {k: f"job__{v}" for k, v in names.items()}
     return (
         attempts.filter(state="RUNNING", started_at__lt=end, usage__isnull=True)

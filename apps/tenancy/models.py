@@ -46,7 +46,7 @@ class Tenant(Archivable, BaseModel):
         help_text="Job log lines older than this many days are deleted.",
     )
     # Container images a job may name: registry hosts (with an optional path prefix, e.g.
-    # "registry.example.com/team"); empty: only a cluster's default image. apps/jobs/images.py
+    # "registry.example.com/team"); empty: only a cluster's default image. apps/tenancy/images.py
     image_registries = models.JSONField(default=list, blank=True)
     # Where jobs run when their spec names no cluster (a project's own default first).
     default_cluster = models.ForeignKey(

@@ -1,7 +1,7 @@
 """Who may do what, in one module: the role matrix, the rules finer than a role, and the
 resources that are not tenant data. docs/access.md renders the same table.
 
-Applied to every API action by one layer (apps/core/api/permissions.py::MatrixPermission, a
+Applied to every API action by one layer (apps/tenancy/api/permissions.py::MatrixPermission, a
 default DRF permission class) and called by the jobs services at their boundary, through the
 same `authorize()`; no view or service writes its own role check.
 """

@@ -51,7 +51,7 @@ def _scopes(*, username: str, ip: str | None) -> list[_Scope]:
 def signin(*, request, username: str, password: str, ip: str | None):
     """The user these credentials sign in, or None (wrong, or locked: the same to the caller).
 
-    Raises apps.tenancy.directory.DirectoryUnavailable when the directory could not be asked;
+    Raises apps.core.exceptions.DirectoryUnavailable when the directory could not be asked;
     that is not counted as a failure.
     """
     scopes = _scopes(username=username, ip=ip)

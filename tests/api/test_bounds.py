@@ -14,7 +14,8 @@ import pytest
 
 from apps.core import jsonsafe
 from apps.datasets.tasks import project_storage_ensure
-from apps.jobs.spec import MAX_MEMORY_MB, JobSpecSerializer
+from apps.jobs.spec import JobSpecSerializer
+from apps.jobs.spec_fields import MAX_MEMORY_MB
 from apps.quotas.models import MAX_GPU_HOURS_PER_MONTH, Quota
 from apps.tenancy.audit import MAX_CHANGES_BYTES, audit_record
 from apps.tenancy.models import AuditEvent, Project, Role
@@ -334,13 +335,19 @@ def test_a_version_stored_with_a_huge_metric_renders(acme, model):
 @pytest.mark.parametrize(("count", "ok"), [(2, True), (51, False)])
 def test_registry_tags_sent_as_a_json_part_of_a_form_are_read_and_bounded(acme, model, count, ok):
     """DRF's DictField reads only `tags.key` form parts: a `tags` part holding JSON was
-    dropped (the change silently lost, a 51-tag object taken). Now it is read as JSON."""
+    dropped (the change silently lost, a 51-tag object taken). Now a model created from a form
+    reads it as JSON; a model's PATCH takes JSON only and refuses a form outright."""
     tags = {f"t{i}": "v" for i in range(count)}
-    response = acme.client(Role.OWNER).patch(
-        f"/api/v1/models/{model['id']}/", {"tags": json.dumps(tags)}, format="multipart"
-    )
+    owner = acme.client(Role.OWNER)
+    form = {"project": str(acme.project.pk), "name": f"formed-{count}", "tags": json.dumps(tags)}
+    response = owner.post("/api/v1/models/", form, format="multipart")
     if ok:
-        assert response.status_code == 200, response.content
+        assert response.status_code == 201, response.content
         assert response.json()["tags"] == tags
     else:
         refused_at(response, "tags")
+    patched = owner.patch(
+        f"/api/v1/models/{model['id']}/", {"tags": json.dumps(tags)}, format="multipart"
+    )
+    assert patched.status_code == 415, patched.content
+    assert owner.get(f"/api/v1/models/{model['id']}/").json()["tags"] != tags

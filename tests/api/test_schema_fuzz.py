@@ -21,8 +21,11 @@ Nothing is excluded: the schema documents no streaming or websocket operation (t
 websocket, /ws/..., is not in it; the archive and download operations answer plain HTTP).
 
 The cases run are counted and printed at the end of the module ("schemathesis: N cases").
+`make test-quick` sets TORUS_FUZZ=quick: the same operations, roles and checks, with the
+schema's examples and fewer generated cases (no coverage phase); `make test` runs it whole.
 """
 
+import os
 import re
 import uuid
 from collections import Counter
@@ -46,10 +49,13 @@ from apps.tenancy.models import Role
 from config.wsgi import application
 from tests.tenancy.test_route_walk import acme_objects, acme_state
 
-MAX_EXAMPLES = 6  # per operation, in the fuzzing phase (the coverage phase adds its own)
-ROLE_EXAMPLES = 2  # per operation and lesser role, valid requests only
-CROSS_TENANT_EXAMPLES = 3
-STATEFUL_SCENARIOS = 60  # per role: sequences of linked calls
+QUICK = os.environ.get("TORUS_FUZZ") == "quick"  # make test-quick's depth
+MAX_EXAMPLES = 2 if QUICK else 6  # per operation, in the fuzzing phase
+ROLE_EXAMPLES = 1 if QUICK else 2  # per operation and lesser role, valid requests only
+CROSS_TENANT_EXAMPLES = 1 if QUICK else 3
+STATEFUL_SCENARIOS = 10 if QUICK else 60  # per role: sequences of linked calls
+# boundaries and each kind of invalid value, per field: the most cases of all the phases
+OWNER_PHASES = ["examples", "fuzzing"] if QUICK else ["examples", "coverage", "fuzzing"]
 STATEFUL_STEPS = 8  # at most, per sequence
 
 CASES: Counter = Counter()  # per phase and role: printed at the module's end
@@ -86,7 +92,7 @@ def from_the_application():
 schema = loaded(
     modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE],
     examples=MAX_EXAMPLES,
-    phases=["examples", "coverage", "fuzzing"],
+    phases=OWNER_PHASES,
 )
 # The owner may do everything, so its requests reach the deepest code; a member works in its
 # projects only, so its requests reach every refusal a role meets: every phase, valid and

@@ -13,8 +13,8 @@ import pytest
 from django.conf import settings
 from django.core.management import CommandError, call_command
 
-from apps.identity.directory import directory
 from apps.identity.models import IdCounter, PosixAccount, PosixGroup
+from apps.identity.posix_directory import directory
 from apps.identity.services import (
     _allocate,
     account_ensure,

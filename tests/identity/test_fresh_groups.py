@@ -7,8 +7,8 @@ import uuid
 
 import pytest
 
-from apps.identity.directory import directory
 from apps.identity.models import PosixGroup
+from apps.identity.posix_directory import directory
 from apps.identity.services import group_ensure, group_retire
 from apps.identity.storage import StorageError, project_root, project_tree_ensure
 from tests.conftest import make_world

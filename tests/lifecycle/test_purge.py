@@ -19,20 +19,22 @@ from rest_framework.test import APIClient
 
 from apps.core.actor import Actor
 from apps.core.exceptions import Conflict
-from apps.datasets import services as datasets
 from apps.datasets.models import Dataset
 from apps.datasets.storage.s3 import S3Storage
 from apps.datasets.tasks import project_storage_ensure
-from apps.identity.directory import directory
+from apps.datasets.uploads import upload_append
+from apps.datasets.versions import dataset_create, version_commit, version_create
 from apps.identity.models import ClusterAssociation, PosixGroup
+from apps.identity.posix_directory import directory
 from apps.identity.storage import project_root, tenant_root
 from apps.jobs.models import Job
 from apps.lifecycle.models import Purge, PurgeState
 from apps.lifecycle.purge import STEPS, purge_request, purge_run
 from apps.logs.index import template_install
 from apps.logs.shipper import ship_pass
-from apps.registry import services as registry
 from apps.registry.models import RegisteredModel
+from apps.registry.uploads import version_create_with_files
+from apps.registry.versions import model_create
 from apps.secrets.models import ProjectSecret
 from apps.secrets.services import secret_set
 from apps.serving.models import Deployment
@@ -84,7 +86,7 @@ def sacctmgr(*args: str) -> str:
 
 def upload(version, files: dict[str, bytes]):
     for path, data in files.items():
-        datasets.upload_append(
+        upload_append(
             actor=None,
             version=version,
             path=path,
@@ -93,7 +95,7 @@ def upload(version, files: dict[str, bytes]):
             length=len(data),
             chunks=[data],
         )
-    return datasets.version_commit(actor=None, version=version)
+    return version_commit(actor=None, version=version)
 
 
 @pytest.fixture
@@ -115,15 +117,15 @@ def history(world, slurm_cluster, s3_settings):  # noqa: F811
         ship_pass()
         time.sleep(0.2)
     project_storage_ensure(str(project.pk))
-    local = datasets.dataset_create(actor=None, project=project, name="local")
-    upload(datasets.version_create(actor=None, dataset=local), {"a.txt": b"posix bytes"})
-    remote = datasets.dataset_create(actor=None, project=project, name="remote")
+    local = dataset_create(actor=None, project=project, name="local")
+    upload(version_create(actor=None, dataset=local), {"a.txt": b"posix bytes"})
+    remote = dataset_create(actor=None, project=project, name="remote")
     upload(
-        datasets.version_create(actor=None, dataset=remote, storage_kind="s3"),
+        version_create(actor=None, dataset=remote, storage_kind="s3"),
         {"b.txt": b"s3 bytes"},
     )
-    model = registry.model_create(actor=owner(acme), project=project, name="tiny")
-    version = registry.version_create_with_files(
+    model = model_create(actor=owner(acme), project=project, name="tiny")
+    version = version_create_with_files(
         actor=owner(acme), model=model, files=[("model.bin", io.BytesIO(b"model bytes"))]
     )
     Deployment.objects.create(
@@ -272,7 +274,7 @@ def test_the_command_and_the_staff_api(acme, settings, own_helper):  # noqa: F81
     assert not Project.objects.filter(pk=project.pk).exists()
     out = io.StringIO()
     call_command("torus_lifecycle", "purges", stdout=out)
-    assert "done" in out.getvalue() and f"acme/{project.slug}" in out.getvalue()
+    assert "done" in out.getvalue() and f"{acme.tenant.slug}/{project.slug}" in out.getvalue()
     response = api.post(reverse("purge-list"), body, format="json")
     assert response.status_code == 409 and "was purged on" in response.json()["error"]["message"]
 

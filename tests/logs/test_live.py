@@ -93,7 +93,7 @@ def _end_attempt(job_id, attempt_id) -> None:
     from django.db import transaction
 
     from apps.jobs.models import Job
-    from apps.jobs.services import job_transition
+    from apps.jobs.transitions import job_transition
 
     with transaction.atomic():
         JobAttempt.objects.filter(pk=attempt_id).update(state="SUCCEEDED")

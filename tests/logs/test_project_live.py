@@ -13,7 +13,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from apps.jobs.models import Job
-from apps.jobs.services import (
+from apps.jobs.transitions import (
     TRANSITION_FIELDS,
     events_record,
     job_transition,

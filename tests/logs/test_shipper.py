@@ -49,7 +49,9 @@ def test_every_line_once_with_deterministic_ids(es, attempt):
     ship_pass()
     ship_pass()  # a second pass over the same bytes adds nothing
     assert count(attempt=attempt) == 501
-    doc = es.get(index="torus-logs-acme-2026.11.29", id=f"{attempt.pk}:stderr:0")["_source"]
+    doc = es.get(
+        index=f"torus-logs-{attempt.job.tenant.slug}-2026.11.29", id=f"{attempt.pk}:stderr:0"
+    )["_source"]
     assert doc["level"] == "ERROR" and doc["timestamp"].startswith("2026-11-29T10:00:00")
     assert doc["tenant"] == str(attempt.job.tenant_id) and doc["node"] == "n1"
     cursor = LogCursor.objects.get(attempt=attempt, stream="stdout")
@@ -100,7 +102,8 @@ def test_a_traceback_is_one_event(es, attempt):
     ship_pass()
     assert count(attempt=attempt) == 3
     hits = es.search(
-        index="torus-logs-acme-*", query={"match_phrase": {"message": "CUDA out of memory"}}
+        index=f"torus-logs-{attempt.job.tenant.slug}-*",
+        query={"match_phrase": {"message": "CUDA out of memory"}},
     )["hits"]["hits"]
     assert len(hits) == 1
     assert hits[0]["_source"]["message"].startswith("Traceback (most recent call last):")
@@ -113,7 +116,7 @@ def test_long_lines_are_truncated_and_garbage_survives(es, attempt, settings):
     ship_pass()
     assert count(attempt=attempt) == 3
     long = es.get(
-        index=f"torus-logs-acme-{time.strftime('%Y.%m.%d', time.gmtime())}",
+        index=f"torus-logs-{attempt.job.tenant.slug}-{time.strftime('%Y.%m.%d', time.gmtime())}",
         id=f"{attempt.pk}:stdout:0",
     )["_source"]
     assert long["truncated"] is True and "[truncated at 1000 bytes]" in long["message"]
@@ -141,11 +144,21 @@ def test_killing_the_shipper_at_random_points_loses_and_doubles_nothing(es, atte
     rng = random.Random(7)
     write(attempt, b"".join(b"step %d loss %.4f\n" % (i, 1 / (i + 1)) for i in range(total)))
     finish(attempt)
-    # one 64 KiB read a pass: 2.3 MB take longer than the three runs (<= 12 s) on any machine
+    # one 64 KiB read a pass: 2.3 MB take longer than the three runs on any machine
     env = {**_shipper_env(), "TORUS_SHIPPER_READS_PER_PASS": "1"}
+
+    def offset() -> int:
+        cursor = LogCursor.objects.filter(attempt=attempt, stream="stdout").first()
+        return cursor.offset if cursor else 0
+
     for _ in range(3):
+        before = offset()
         shipper = shipper_process(env)
-        time.sleep(rng.uniform(1.5, 4.0))
+        deadline = time.monotonic() + 120  # it has started and shipped (a loaded machine is slow)
+        while offset() == before and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert offset() > before, "the shipper shipped nothing in 120 s"
+        time.sleep(rng.uniform(0.0, 1.5))  # then killed at a random point of its work
         os.killpg(shipper.pid, signal.SIGKILL)
         shipper.wait()
     interrupted_at = LogCursor.objects.get(attempt=attempt, stream="stdout").offset
@@ -207,7 +220,7 @@ def test_documents_elasticsearch_refuses_are_sent_again_never_skipped(es, attemp
     settings.TORUS_SHIPPER_BULK_DOCS = 2  # several requests per read, one sender thread
     write(attempt, b"2026-11-29T10:00:00Z first\n")
     ship_pass()
-    index = "torus-logs-acme-2026.11.29"
+    index = f"torus-logs-{attempt.job.tenant.slug}-2026.11.29"
     write(attempt, b"".join(b"2026-11-29T10:00:%02dZ line %d\n" % (i, i) for i in range(1, 8)))
     es.indices.put_settings(index=index, settings={"index.blocks.write": True})
     try:
@@ -275,11 +288,11 @@ def test_retention_deletes_only_a_tenants_expired_days(es, acme, globex):
 
     today = datetime.now(UTC)
     names = {
-        "old": f"torus-logs-acme-{today - timedelta(days=40):%Y.%m.%d}",
-        "recent": f"torus-logs-acme-{today - timedelta(days=5):%Y.%m.%d}",
-        "other": f"torus-logs-globex-{today - timedelta(days=40):%Y.%m.%d}",
+        "old": f"torus-logs-{acme.tenant.slug}-{today - timedelta(days=40):%Y.%m.%d}",
+        "recent": f"torus-logs-{acme.tenant.slug}-{today - timedelta(days=5):%Y.%m.%d}",
+        "other": f"torus-logs-{globex.tenant.slug}-{today - timedelta(days=40):%Y.%m.%d}",
         # another tenant whose slug extends acme's: acme's pattern reaches it, its days stay
-        "longer_slug": f"torus-logs-acme-labs-{today - timedelta(days=40):%Y.%m.%d}",
+        "longer_slug": f"torus-logs-{acme.tenant.slug}-labs-{today - timedelta(days=40):%Y.%m.%d}",
     }
     for name in names.values():
         es.indices.create(index=name)

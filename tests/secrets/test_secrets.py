@@ -17,7 +17,7 @@ from apps.compute.models import Cluster
 from apps.identity.services import JobIdentity
 from apps.jobs.dispatch import build_submission
 from apps.jobs.models import Job, JobAttempt
-from apps.registry.services import job_params
+from apps.jobs.outputs import job_params
 from apps.secrets import crypto
 from apps.secrets.mask import Masker, masker_for, read_masked
 from apps.secrets.models import ProjectSecret, SecretUse

@@ -56,7 +56,7 @@ def ship_all(job: Job) -> None:
 def test_a_job_gets_its_secrets_and_nobody_reads_them_back(acme, slurm_cluster):
     assert put(acme, Role.MEMBER, "HF_TOKEN", VALUE).status_code == 201
     assert put(acme, Role.MEMBER, "WB", WANDB).status_code == 201
-    for slug in ("acme",):
+    for slug in (acme.tenant.slug,):
         delete_tenant_indices(slug)
     made = submit(
         acme.client(Role.MEMBER),
@@ -81,7 +81,7 @@ def test_a_job_gets_its_secrets_and_nobody_reads_them_back(acme, slurm_cluster):
     attempt = job.attempts.get()
     assert count(attempt=attempt, query="plain=visible") == 1
     hits = client().search(
-        index="torus-logs-acme-*",
+        index=f"torus-logs-{acme.tenant.slug}-*",
         query={"term": {"attempt": str(attempt.pk)}},
         size=50,
     )["hits"]["hits"]

@@ -22,6 +22,7 @@ from apps.jobs.models import Job
 from apps.logs.models import LogCursor
 from apps.tenancy.models import Role
 from tests.jobs.conftest import drive, output, slurm, submit
+from tests.kubernetes.kube_helpers import wait_for as until
 
 ROOT = Path(__file__).resolve().parents[2]
 LDAP_COMPONENT = ROOT / "platform" / "services" / "components" / "ldap"
@@ -86,13 +87,15 @@ def test_a_job_runs_as_its_submitter_with_the_projects_group_and_account(acme, s
         assert moved.returncode != 0 and "Operation not permitted" in moved.stderr, moved
         assert (here / name).is_dir() and not (here / name).is_symlink()
     # Slurm's own accounting sees the real user and the project's account (under the tenant's)
-    deadline = time.monotonic() + 30
-    while True:
-        seen = slurm("sacct", "-X", "-n", "-P", "-j", attempt.backend_id, "-o", "User,Account")
-        if seen.strip() or time.monotonic() > deadline:
-            break
-        time.sleep(1)
-    assert seen.strip() == f"{account.name}|{group.name}"
+    seen = until(
+        lambda: slurm(
+            "sacct", "-X", "-n", "-P", "-j", attempt.backend_id, "-o", "User,Account"
+        ).strip(),
+        what="the job in sacct",
+        timeout=30,
+        interval=0.2,
+    )
+    assert seen == f"{account.name}|{group.name}"
     parents = slurm("sacctmgr", "-n", "-P", "show", "account", group.name, "withassoc",
                     "format=account,parentname")  # fmt: skip
     assert f"{group.name}|{tenant_group.name}" in parents.splitlines()

@@ -18,8 +18,9 @@ from django.conf import settings
 from apps.identity.models import PosixAccount
 from apps.jobs.models import Job
 from apps.tenancy.models import Role
+from scripts.devstack import free_port, wait_answering
 from tests.jobs.conftest import output, submit
-from tests.stack import free_port, portal_env, wait_answer
+from tests.stack import portal_env
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = ROOT / ".venv" / "bin"
@@ -79,7 +80,7 @@ def portal(acme, slurm_cluster, tmp_path):
                 stderr=subprocess.STDOUT,
             )
     try:
-        wait_answer(f"http://127.0.0.1:{port}/healthz", verify=True, deadline=time.monotonic() + 60)
+        wait_answering(f"http://127.0.0.1:{port}/healthz", timeout=60, interval=0.2)
         yield procs, tmp_path
     finally:
         for proc in procs.values():

@@ -31,6 +31,7 @@ from apps.jobs import dispatch
 from apps.jobs.models import Job, JobAttempt
 from apps.tenancy.models import Role
 from tests.jobs.conftest import drive, output, slurm, submit
+from tests.kubernetes.kube_helpers import wait_for as until
 
 ROOT = Path(__file__).resolve().parents[2]
 SLURM_COMPONENT = ROOT / "platform" / "services" / "components" / "slurm"
@@ -217,13 +218,16 @@ def test_the_sbatch_fallback_runs_the_job_as_its_user_in_the_projects_group(acme
     assert (int(uid), int(gid)) == (account.uid, group.gid)
     backend_id = job.attempts.get().backend_id
     expected = f"{account.name}|{group.name}|{group.name}"
-    deadline = time.monotonic() + 30
-    while True:  # slurmdbd's record may lag the job's end
-        seen = slurm("sacct", "-X", "-n", "-P", "-j", backend_id, "-o", "User,Group,Account")
-        if seen.strip() == expected or time.monotonic() > deadline:
-            break
-        time.sleep(1)
-    assert seen.strip() == expected
+    # slurmdbd's record may lag the job's end
+    until(
+        lambda: (
+            slurm("sacct", "-X", "-n", "-P", "-j", backend_id, "-o", "User,Group,Account").strip()
+            == expected
+        ),
+        what=f"sacct to say {expected}",
+        timeout=30,
+        interval=0.2,
+    )
 
 
 def test_secrets_reach_the_job_on_both_paths_and_never_its_environment_field(acme, slurm_cluster):

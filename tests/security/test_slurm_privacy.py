@@ -190,7 +190,7 @@ def _platform_sacct(ids: set[str]) -> str:
         found = _shell_as(_platform_uid(), script=SACCT, env={})
         if ids <= _ids(found) or time.monotonic() > deadline:
             return found
-        time.sleep(1)
+        time.sleep(0.2)
 
 
 def _platform_uid() -> int:

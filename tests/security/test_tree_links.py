@@ -11,9 +11,9 @@ import pytest
 
 from apps.identity.storage import project_root
 from apps.jobs import paths
+from apps.jobs.outputs import model_register
 from apps.logs.shipper import ship_pass
 from apps.registry.models import ModelVersion
-from apps.registry.services import version_register_from_attempt
 from apps.tenancy.models import Role
 from tests.jobs.conftest import drive, output, submit
 from tests.logs.conftest import count
@@ -41,7 +41,7 @@ def test_a_job_linking_root_registers_nothing_of_the_machine(acme, slurm_cluster
         job = drive(job_id)
         assert job.state == "SUCCEEDED", (job.state_reason, output(job))
         assert (paths.job_dir(job) / "x").is_symlink()
-        versions[job_id] = version_register_from_attempt(attempt=job.attempts.get())
+        versions[job_id] = model_register(attempt=job.attempts.get())
     stolen, control = versions[loot], versions[kept]
     assert stolen.state == "failed"
     assert f"{paths.job_dir(stolen.source_job)}/x is a symbolic link" in stolen.error

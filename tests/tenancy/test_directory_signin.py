@@ -13,7 +13,8 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.urls import reverse
 
-from apps.tenancy.directory import DirectoryUnavailable, TorusLDAPBackend
+from apps.core.exceptions import DirectoryUnavailable
+from apps.tenancy.ldap_signin import TorusLDAPBackend
 from apps.tenancy.models import AuditEvent
 from tests.factories import PASSWORD
 from tests.tenancy.test_signin_throttle import attempt
@@ -65,7 +66,7 @@ def directory_down(settings):
 
 def test_directory_backend_comes_first_then_local_accounts():
     assert settings.AUTHENTICATION_BACKENDS == [
-        "apps.tenancy.directory.TorusLDAPBackend",
+        "apps.tenancy.ldap_signin.TorusLDAPBackend",
         "django.contrib.auth.backends.ModelBackend",
     ]
     backend = TorusLDAPBackend()

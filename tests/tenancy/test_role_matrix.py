@@ -6,7 +6,7 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from apps.jobs.services import attempt_open
+from apps.jobs.attempts import attempt_open
 from apps.quotas.models import Quota
 from apps.tenancy.models import (
     ROLE_RANK,
@@ -352,7 +352,7 @@ def test_every_api_action_is_in_the_matrix():
     to SIGNED_IN): nothing is left to a view's own check."""
     from django.urls import URLPattern, URLResolver, get_resolver
 
-    from apps.core.api.permissions import CRUD_ACTIONS, MatrixPermission
+    from apps.tenancy.api.permissions import CRUD_ACTIONS, MatrixPermission
     from apps.tenancy.policies import SIGNED_IN
 
     def walk(patterns, prefix=""):

@@ -8,9 +8,9 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from apps.core.api.serializers import StrictModelSerializer
-from apps.core.api.views import PatchOnlyMixin, TenantScopedViewSet
 from apps.logs import services
 from apps.logs.models import FailureSignature, SignatureMatch
+from apps.tenancy.api.viewsets import PatchOnlyMixin, TenantScopedViewSet
 
 
 class FailureSignatureSerializer(StrictModelSerializer):

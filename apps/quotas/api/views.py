@@ -12,11 +12,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.core.api.serializers import StrictModelSerializer
-from apps.core.api.views import PatchOnlyMixin, TenantScopedViewSet
 from apps.quotas import services
 from apps.quotas.models import Quota
 from apps.quotas.selectors import storage_summary, usage_summary
 from apps.tenancy.access import actor_for
+from apps.tenancy.api.viewsets import PatchOnlyMixin, TenantScopedViewSet
 from apps.tenancy.models import Project
 from apps.tenancy.selectors import member_by_username
 

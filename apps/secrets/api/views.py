@@ -7,10 +7,10 @@ from rest_framework import status
 from rest_framework.response import Response
 
 from apps.core.api.validation import validated
-from apps.core.api.views import TenantScopedViewSet
 from apps.secrets import selectors, services
 from apps.secrets.api.serializers import SecretSerializer, SecretValueSerializer
 from apps.secrets.models import ProjectSecret
+from apps.tenancy.api.viewsets import TenantScopedViewSet
 
 PROJECT = OpenApiParameter(
     "id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="Project id."

@@ -70,11 +70,11 @@ class ClusterNameField(serializers.SlugRelatedField):
 
 
 def _cluster_field() -> serializers.SlugRelatedField:
-    from apps.compute.models import Cluster
-
+    # the cluster model from the tenant's own field (compute sits above tenancy)
+    cluster = Tenant._meta.get_field("default_cluster").related_model
     return ClusterNameField(
         slug_field="name",
-        queryset=Cluster.objects.all(),
+        queryset=cluster.objects.all(),
         allow_null=True,
         required=False,
         help_text="The cluster jobs run on when their spec names none (a cluster's name).",
@@ -113,7 +113,7 @@ class TenantSerializer(StrictModelSerializer):
         return actor.role_in(obj.id) if actor else None
 
     def validate_image_registries(self, value):
-        from apps.jobs.images import registry_entry_problem
+        from apps.tenancy.images import registry_entry_problem
 
         value = [entry.strip().lower().rstrip("/") for entry in value]
         problems = {str(i): registry_entry_problem(entry) for i, entry in enumerate(value)}

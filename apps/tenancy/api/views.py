@@ -11,8 +11,7 @@ from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.core.api.views import PatchOnlyMixin, TenantScopedViewSet
-from apps.tenancy import services
+from apps.tenancy import invitations, services
 from apps.tenancy.access import actor_for_user, client_ip
 from apps.tenancy.api import filters
 from apps.tenancy.api.lifecycle import LifecycleMixin
@@ -35,6 +34,7 @@ from apps.tenancy.api.serializers import (
     TenantSerializer,
     UserSummarySerializer,
 )
+from apps.tenancy.api.viewsets import PatchOnlyMixin, TenantScopedViewSet
 from apps.tenancy.live import publish_access_changed
 from apps.tenancy.models import (
     AccessToken,
@@ -112,7 +112,7 @@ class InvitationViewSet(_ReadMixin, TenantScopedViewSet):
         serializer = InvitationCreateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        invitation, plaintext = services.invitation_create(
+        invitation, plaintext = invitations.invitation_create(
             actor=self.actor,
             tenant=self.write_scope,
             role=data["role"],
@@ -121,13 +121,13 @@ class InvitationViewSet(_ReadMixin, TenantScopedViewSet):
             ip=self.ip,
         )
         invitation.token = plaintext
-        invitation.accept_url = services.invitation_accept_url()
+        invitation.accept_url = invitations.invitation_accept_url()
         body = InvitationCreatedSerializer(invitation, context=self.get_serializer_context()).data
         return Response(body, status=status.HTTP_201_CREATED)
 
     @extend_schema(responses={204: None}, description="Revoke the invitation (it stays listed).")
     def destroy(self, request, *args, **kwargs):
-        services.invitation_revoke(actor=self.actor, invitation=self.get_object(), ip=self.ip)
+        invitations.invitation_revoke(actor=self.actor, invitation=self.get_object(), ip=self.ip)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(
@@ -142,7 +142,7 @@ class InvitationViewSet(_ReadMixin, TenantScopedViewSet):
             raise PermissionDenied("This access token is read-only.")
         serializer = InvitationAcceptSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        membership = services.invitation_accept(
+        membership = invitations.invitation_accept(
             user=request.user, token=serializer.validated_data["token"], ip=self.ip
         )
         return Response(

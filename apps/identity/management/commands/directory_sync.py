@@ -3,7 +3,7 @@ was edited beside the platform, or restored from an older backup): apps/identity
 
 from django.core.management.base import BaseCommand, CommandError
 
-from apps.identity.directory import DirectoryUnavailable
+from apps.core.exceptions import DirectoryUnavailable
 from apps.identity.services import IdentityError, directory_sync
 
 

@@ -21,15 +21,8 @@ import ldap.filter
 import ldap.modlist
 from django.conf import settings
 
-from apps.core.exceptions import Unavailable
+from apps.core.exceptions import DirectoryUnavailable
 from apps.identity import privileged
-
-
-class DirectoryUnavailable(Unavailable):
-    """The directory did not answer: nothing was written; try again later."""
-
-    code = "directory_unavailable"
-    message = "The directory service is unreachable; try again later."
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django_auth_ldap.backend import LDAPBackend, ldap_error
 
-from apps.identity.directory import DirectoryUnavailable
+from apps.core.exceptions import DirectoryUnavailable
 
 # Errors that mean "could not talk to the directory", not "wrong password".
 UNREACHABLE = (ldap.SERVER_DOWN, ldap.TIMEOUT, ldap.CONNECT_ERROR)

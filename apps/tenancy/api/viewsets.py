@@ -5,8 +5,8 @@ from rest_framework import viewsets
 from rest_framework.generics import get_object_or_404
 
 from apps.core.actor import Actor
-from apps.core.api.permissions import matrix_action, restrict
 from apps.tenancy.access import actor_for, client_ip
+from apps.tenancy.api.permissions import matrix_action, restrict
 
 
 class PatchOnlyMixin:
@@ -21,7 +21,7 @@ class TenantScopedViewSet(viewsets.GenericViewSet):
     """Subclasses set `queryset` (a TenantModel queryset) and `resource` (a policy name); a
     custom action names its matrix action: `@action(..., policy_action="cancel")`.
 
-    Authorisation is apps/core/api/permissions.py::MatrixPermission (every view has it):
+    Authorisation is apps/tenancy/api/permissions.py::MatrixPermission (every view has it):
     get_queryset() restricts rows to what the actor may see (another tenant's object is a 404);
     objects are checked against the matrix and the finer rules; a create's tenant or project
     (`scope_field`, per item of `scope_items` for a batch) is resolved and checked before the
