@@ -10,6 +10,8 @@ import sys
 import time
 from collections.abc import Iterator
 
+import httpx
+
 from torus import archive_cli
 from torus.client import Client
 from torus.errors import TorusError
@@ -73,7 +75,27 @@ def deploy(
         "replicas": replicas,
         **{key: value for key, value in options.items() if value is not None},
     }
+    same = _deployed_already(client, body, model_name=model_name, which=which)
+    if same is not None:
+        return same
     return client.request("POST", "/api/v1/deployments/", json=body)
+
+
+def _deployed_already(client: Client, body: dict, *, model_name: str, which: str | None):
+    """The project's live deployment of that name when it serves the same reference (the
+    same alias followed, or the same version pinned): deploying again changes nothing, as
+    `kubectl apply` would not. Another of that name is left to the API's 400."""
+    for shown in client.deployments(project=body["project"]):
+        if shown["name"] != body["name"] or shown["model_name"] != model_name:
+            continue
+        if which and which.startswith("@"):
+            same = shown["follow_alias"] == which[1:]
+        else:
+            same = not shown["follow_alias"] and body["model"].endswith(
+                f":{shown['version']['number']}"
+            )
+        return {**shown, "deployed_already": True} if same else None
+    return None
 
 
 def wait_ready(client: Client, deployment_id: str, *, timeout: float = 600, progress=None):
@@ -158,6 +180,8 @@ def cmd_deploy(client: Client, args) -> int:
         kv_cache_type=args.kv_cache_type,
         scale_to_zero_after_s=args.scale_to_zero_after,
     )
+    if made.get("deployed_already"):
+        print(f"[{made['name']}] deployed already, unchanged", file=sys.stderr, flush=True)
     if args.wait:
 
         def tell(d: dict) -> None:
@@ -240,15 +264,34 @@ def cmd_rm(client: Client, args) -> int:
     return 0
 
 
+def not_serving(deployment: dict) -> str | None:
+    """Why a deployment cannot answer now (failed, or no replica ready), else None."""
+    name, reason = deployment["name"], deployment.get("state_reason") or ""
+    if deployment["state"] == "FAILED":
+        return f"deployment {name} failed: {reason or 'no reason given'}"
+    if not deployment["replicas"]["ready"]:
+        state = f"{deployment['state']}: {reason}" if reason else deployment["state"]
+        return f"deployment {name}: no replica ready ({state})"
+    return None
+
+
 def cmd_chat(client: Client, args) -> int:
     found = find_deployment(client, args.deployment, project=args.project)
     messages = [{"role": "user", "content": args.prompt}]
     pieces = []
-    for piece in chat_stream(client, found["id"], messages, max_tokens=args.max_tokens):
-        pieces.append(piece)
-        if not args.json:
-            sys.stdout.write(piece)
-            sys.stdout.flush()
+    try:
+        for piece in chat_stream(client, found["id"], messages, max_tokens=args.max_tokens):
+            pieces.append(piece)
+            if not args.json:
+                sys.stdout.write(piece)
+                sys.stdout.flush()
+    except TorusError as exc:
+        # the gateway holds a request while replicas start: past the client's timeout, say
+        # where the deployment stands rather than "cannot reach Torus"
+        if pieces or not isinstance(exc.__cause__, httpx.TimeoutException):
+            raise
+        shown = client.request("GET", f"/api/v1/deployments/{found['id']}/")
+        raise TorusError(not_serving(shown) or str(exc)) from exc
     if args.json:
         emit(args, {"deployment": found["id"], "content": "".join(pieces)})
     else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 
 import yaml
@@ -52,12 +53,19 @@ def cmd_submit(client: Client, args) -> int:
         spec["name"] = args.name
     job = client.submit(spec)
     if not args.wait:
-        emit(args, job, ["id", "name", "state", "state_reason"])
+        if args.quiet:
+            print(job["id"])
+        else:
+            emit(args, job, ["id", "name", "state", "state_reason"])
         return 0
-    if not args.json:
+    silent = args.json or args.quiet
+    if not silent:
         print(f"submitted {job['id']}", file=sys.stderr)
-    job = client.wait(job["id"], on_change=None if args.json else _progress, poll=args.poll)
-    emit(args, job, ["id", "name", "state", "state_reason", "exit_code"])
+    job = client.wait(job["id"], on_change=None if silent else _progress, poll=args.poll)
+    if args.quiet:
+        print(job["id"])
+    else:
+        emit(args, job, ["id", "name", "state", "state_reason", "exit_code"])
     return 0 if job["state"] == "SUCCEEDED" else 1
 
 
@@ -215,7 +223,31 @@ def cmd_usage(client: Client, args) -> int:
 
 def cmd_clusters(client: Client, args) -> int:
     emit(args, client.clusters(), ["name", "backend", "healthy", "last_reconciled_at"])
+    if not args.json:
+        try:
+            builds = client.cluster_builds()
+        except TorusError as exc:
+            if exc.status != 404:  # a portal from before the background builds has none
+                raise
+            builds = []
+        for build in builds:
+            print(build_line(build))
     return 0
+
+
+def build_line(build: dict) -> str:
+    """`kubernetes: building, step 1 of 3 (build binaries), 4 min so far`"""
+    if build["state"] == "waiting":
+        return f"{build['name']}: waiting for the builds before it"
+    where = f"step {build['step']} of {build['steps']} ({build['step_name']})"
+    if build["state"] == "failed":
+        line = f"{build['name']}: FAILED at {where}"
+        return line + (f": {build['error']}" if build.get("error") else "")
+    minutes = 0
+    if build.get("started"):  # "...Z": Python before 3.11 reads only "+00:00"
+        started = datetime.fromisoformat(build["started"].replace("Z", "+00:00"))
+        minutes = int((datetime.now(timezone.utc) - started).total_seconds() // 60)
+    return f"{build['name']}: building, {where}, {minutes} min so far"
 
 
 def cmd_nodes(client: Client, args) -> int:
@@ -249,6 +281,9 @@ def add_parsers(sub) -> None:
         "--wait", action="store_true", help="wait for the end; exit 1 unless it succeeded"
     )
     p.add_argument("--poll", type=float, default=1.0, help="seconds between checks")
+    p.add_argument(
+        "-q", "--quiet", action="store_true", help="print only the job id (JOB=$(torus submit ...))"
+    )
     p.set_defaults(func=cmd_submit)
     p = sub.add_parser("jobs", help="list jobs")
     p.add_argument("--state", help="e.g. RUNNING or PENDING,QUEUED")

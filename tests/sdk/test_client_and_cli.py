@@ -3,15 +3,13 @@
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from apps.tenancy.models import Project, Role
-from tests.sdk.cli import run_cli
+from tests.sdk.cli import ROOT, run_cli
 from torus import Client, TorusError
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
