@@ -1,12 +1,15 @@
+// The shell: the sign-in gate, the navigation, the tenant and project switchers, and the routes.
 import { lazy, Suspense } from "react";
 import { Link, Navigate, Route, Routes, useLocation, useNavigate } from "react-router-dom";
 import { Button, Layout, Menu, Select, Space, Typography } from "antd";
-import { useQuery, useQueryClient } from "@tanstack/react-query";
-import { api, unwrap } from "./api/client";
+import { useQueryClient } from "@tanstack/react-query";
+import { api } from "./api/client";
 import { useI18n, type Key } from "./i18n";
 import { useSession } from "./session";
 import { Loading } from "./components/common";
 import { ErrorBoundary } from "./components/ErrorBoundary";
+import { LangSwitch } from "./components/LangSwitch";
+import { useProjects } from "./projects";
 import { LoginPage } from "./pages/Login";
 import { InviteAcceptPage } from "./pages/InviteAccept";
 
@@ -17,22 +20,11 @@ const JobPage = lazy(() => import("./pages/Job"));
 const LogSearchPage = lazy(() => import("./pages/LogSearch"));
 const AdminPage = lazy(() => import("./pages/admin/Admin"));
 const ClustersPage = lazy(() => import("./pages/Clusters"));
-const DatasetsPage = lazy(() => import("./pages/Catalog").then((m) => ({ default: m.DatasetsPage })));
-const ModelsPage = lazy(() => import("./pages/Catalog").then((m) => ({ default: m.ModelsPage })));
+const DatasetsPage = lazy(() => import("./pages/catalog/Datasets").then((m) => ({ default: m.DatasetsPage })));
+const ModelsPage = lazy(() => import("./pages/catalog/Models").then((m) => ({ default: m.ModelsPage })));
 const DeploymentsPage = lazy(() => import("./pages/deployments/List"));
 const DeploymentPage = lazy(() => import("./pages/deployments/Detail"));
 const DeployPage = lazy(() => import("./pages/deployments/Deploy"));
-
-export function useProjects() {
-  const { tenant } = useSession();
-  return useQuery({
-    queryKey: ["projects", tenant?.id],
-    enabled: !!tenant,
-    queryFn: async () =>
-      unwrap(await api.GET("/api/v1/projects/", { params: { query: { tenant: tenant!.id, page_size: 500 } } }))
-        .results,
-  });
-}
 
 function Switchers() {
   const { t } = useI18n();
@@ -60,23 +52,6 @@ function Switchers() {
         ]}
       />
     </Space>
-  );
-}
-
-export function LangSwitch() {
-  const { lang, setLang, t } = useI18n();
-  return (
-    <Select
-      aria-label={t("common.language")}
-      data-testid="lang-switch"
-      value={lang}
-      onChange={setLang}
-      style={{ width: 110 }}
-      options={[
-        { value: "en", label: "English" },
-        { value: "zh", label: "简体中文" },
-      ]}
-    />
   );
 }
 

@@ -1,3 +1,4 @@
+// The entry point: the app under the router and the providers, mounted on #root.
 import React from "react";
 import ReactDOM from "react-dom/client";
 import { BrowserRouter } from "react-router-dom";

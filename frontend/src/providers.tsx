@@ -1,3 +1,5 @@
+// The providers around the app: the query cache (a 4xx is final, the rest retried once), Ant
+// Design's theme and locale, i18n, the session.
 import type { ReactNode } from "react";
 import { App as AntApp, ConfigProvider } from "antd";
 import enUS from "antd/locale/en_US";

@@ -169,6 +169,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/clusters/builds/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * @description The builds `make up` left running in the background (a cluster, the serving
+         *     engine) that are not done: waiting, building (step n of m) or failed.
+         */
+        get: operations["v1_clusters_builds_retrieve"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/datasets/": {
         parameters: {
             query?: never;
@@ -1894,6 +1914,33 @@ export interface components {
          * @enum {string}
          */
         BackendEnum: "slurm" | "kubernetes";
+        Build: {
+            name: string;
+            state: components["schemas"]["BuildStateEnum"];
+            /** @description the step running or failed; 0 while waiting */
+            step: number;
+            steps: number;
+            step_name: string;
+            /** Format: date-time */
+            started: string | null;
+            /** Format: date-time */
+            finished: string | null;
+            /** @description the cluster it registers */
+            cluster: string | null;
+            error: string;
+            /** @description the builder's log file (staff only) */
+            log?: string;
+        };
+        BuildList: {
+            results: components["schemas"]["Build"][];
+        };
+        /**
+         * @description * `waiting` - waiting
+         *     * `building` - building
+         *     * `failed` - failed
+         * @enum {string}
+         */
+        BuildStateEnum: "waiting" | "building" | "failed";
         Cluster: {
             /** Format: uuid */
             readonly id: string;
@@ -4748,6 +4795,106 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Cluster"];
+                };
+            };
+            /** @description Invalid input; `fields` names each bad field and why. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Authenticated but not allowed. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found (or not visible to this tenant). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Method not allowed. */
+            405: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Conflict with the current state. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Request body too large. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Too many requests; see Retry-After. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Internal server error. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    v1_clusters_builds_retrieve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BuildList"];
                 };
             };
             /** @description Invalid input; `fields` names each bad field and why. */
@@ -11915,8 +12062,6 @@ export interface operations {
         requestBody?: {
             content: {
                 "application/json": components["schemas"]["PatchedModelUpdateRequest"];
-                "multipart/form-data": components["schemas"]["PatchedModelUpdateRequest"];
-                "application/octet-stream": components["schemas"]["PatchedModelUpdateRequest"];
             };
         };
         responses: {

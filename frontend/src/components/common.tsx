@@ -1,3 +1,4 @@
+// What every page uses: job states and their tag, the loading, error, empty and forbidden states, times.
 import { Alert, Button, Empty, Result, Spin, Tag } from "antd";
 import type { ReactNode } from "react";
 import dayjs from "dayjs";

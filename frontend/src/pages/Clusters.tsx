@@ -1,6 +1,7 @@
 // The platform's clusters (readable by everyone signed in; written by operators in /admin/):
-// partitions, and nodes with their state, reason and accelerators in use.
-import { Card, Space, Table, Tag, Typography } from "antd";
+// partitions, and nodes with their state, reason and accelerators in use; above them, the
+// background builds `make up` has not finished (the S3 store, a cluster, the serving engine).
+import { Alert, Card, Space, Table, Tag, Typography } from "antd";
 import { useQuery } from "@tanstack/react-query";
 import { api, unwrap, type Schemas } from "../api/client";
 import { useI18n } from "../i18n";
@@ -13,10 +14,54 @@ const fmtAcc = (v: unknown) =>
         .join(" ")
     : "";
 
+type Build = Schemas["Build"];
+type T = ReturnType<typeof useI18n>["t"];
+
+function buildLine(b: Build, t: T): string {
+  const minutes = b.started ? Math.max(0, Math.floor((Date.now() - Date.parse(b.started)) / 60_000)) : 0;
+  const key = b.state === "waiting" ? "clusters.buildWaiting" : b.state === "failed" ? "clusters.buildFailed" : "clusters.building";
+  const line = t(key)
+    .replace("{name}", b.name)
+    .replace("{step}", String(b.step))
+    .replace("{steps}", String(b.steps))
+    .replace("{stepName}", b.step_name)
+    .replace("{min}", String(minutes));
+  return b.error ? `${line}: ${b.error}` : line;
+}
+
+// What is still being built in the background and how far (GET /api/v1/clusters/builds/).
+function BuildsNotice({ builds }: { builds: Build[] }) {
+  const { t } = useI18n();
+  if (!builds.length) return null;
+  const failed = builds.some((b) => b.state === "failed");
+  return (
+    <Alert
+      data-testid="builds-notice"
+      type={failed ? "error" : "info"}
+      showIcon
+      style={{ marginBottom: 16 }}
+      message={t("clusters.buildsTitle")}
+      description={
+        <ul style={{ margin: 0, paddingLeft: 20 }}>
+          {builds.map((b) => (
+            <li key={b.name}>{buildLine(b, t)}</li>
+          ))}
+        </ul>
+      }
+    />
+  );
+}
+
 export default function ClustersPage() {
   const { t } = useI18n();
+  const builds = useQuery({
+    queryKey: ["cluster-builds"],
+    refetchInterval: 15_000,
+    queryFn: async () => unwrap(await api.GET("/api/v1/clusters/builds/")).results,
+  });
   const clusters = useQuery({
     queryKey: ["clusters"],
+    refetchInterval: builds.data?.length ? 15_000 : false, // a build may register one
     queryFn: async () => unwrap(await api.GET("/api/v1/clusters/", { params: { query: { page_size: 100 } } })).results,
   });
   const nodes = useQuery({
@@ -31,6 +76,7 @@ export default function ClustersPage() {
       <Typography.Title level={1} style={{ fontSize: 24 }}>
         {t("nav.clusters")}
       </Typography.Title>
+      <BuildsNotice builds={builds.data ?? []} />
       {!clusters.data?.length && <EmptyState />}
       {(clusters.data ?? []).map((c: Schemas["Cluster"]) => (
         <Card

@@ -1,3 +1,4 @@
+// The home page (/): my running and waiting jobs, GPUs in use against the quota, GPUs over time.
 import { Button, Card, Col, List, Progress, Row, Statistic, Typography } from "antd";
 import { Link } from "react-router-dom";
 import { useQuery } from "@tanstack/react-query";

@@ -1,3 +1,4 @@
+// Accepting an invitation (/invitations/accept?token=), signed in.
 import { useState } from "react";
 import { useSearchParams } from "react-router-dom";
 import { Alert, Button, Card, Form, Input } from "antd";

@@ -1,3 +1,4 @@
+// One job (/jobs/:id): state and actions, the live log, metrics, the timeline of events and attempts.
 import { useEffect, useMemo, useState } from "react";
 import { Link, useParams, useSearchParams } from "react-router-dom";
 import { App, Alert, Button, Card, Descriptions, Input, Popconfirm, Space, Table, Tabs, Tag, Timeline, Typography } from "antd";
@@ -40,6 +41,7 @@ export default function JobPage() {
   const qc = useQueryClient();
   // the job's lines, kept by the page: the socket may answer (a finished job: its whole log,
   // at once) before the job's details have loaded and the log view is drawn
+  // eslint-disable-next-line react-hooks/exhaustive-deps -- a new store for each job
   const logLines = useMemo(() => new LineStore(), [id]);
   const [liveState, setLiveState] = useState<{ state: string; reason: string } | null>(null);
   const [skipped, setSkipped] = useState(0);

@@ -1,3 +1,4 @@
+// The jobs list (/jobs): filters, sorting and cursor pages in the URL, live states over the tenant's socket.
 import { useCallback, useEffect, useState } from "react";
 import { Link, useSearchParams } from "react-router-dom";
 import { Badge, Button, Input, Select, Space, Table, Tag, Tooltip, Typography } from "antd";

@@ -1,3 +1,4 @@
+// Log search across the tenant's jobs (/logs): filters, histogram, highlighted hits linked to the job's log.
 import { useState } from "react";
 import { Link, useSearchParams } from "react-router-dom";
 import { Card, Input, List, Select, Space, Tag, Typography } from "antd";

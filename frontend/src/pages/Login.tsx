@@ -1,10 +1,11 @@
+// The sign-in page (/login), with the language switch.
 import { useState } from "react";
 import { useNavigate, useSearchParams } from "react-router-dom";
 import { Alert, Button, Card, Form, Input, Space } from "antd";
 import { useQueryClient } from "@tanstack/react-query";
 import { api, ApiError, unwrap } from "../api/client";
 import { useI18n } from "../i18n";
-import { LangSwitch } from "../App";
+import { LangSwitch } from "../components/LangSwitch";
 
 export function LoginPage() {
   const { t } = useI18n();

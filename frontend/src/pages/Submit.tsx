@@ -1,3 +1,4 @@
+// The submit form (/jobs/new): every field of the job spec, its YAML view, copy as CLI or curl.
 import { useEffect, useMemo, useState } from "react";
 import { useNavigate, useSearchParams } from "react-router-dom";
 import { App, Alert, AutoComplete, Button, Card, Col, Collapse, Form, Input, InputNumber, Row, Select, Space, Tabs, Typography } from "antd";
@@ -5,7 +6,7 @@ import { useQuery, useQueryClient } from "@tanstack/react-query";
 import { api, ApiError, flatFields, unwrap, type Schemas } from "../api/client";
 import { useI18n } from "../i18n";
 import { useSession } from "../session";
-import { useProjects } from "../App";
+import { useProjects } from "../projects";
 import { Forbidden } from "../components/common";
 import { asCli, asCurl, fromSpec, fromYaml, toSpec, toYaml, type FormValues } from "../spec";
 import { useSecrets } from "./admin/Secrets";

@@ -3,7 +3,7 @@ import { fireEvent, screen, waitFor, within } from "@testing-library/react";
 import { ME, PROJECTS, fakeApi, json } from "../test/fakeApi";
 import { renderAt } from "../test/render";
 import { usageOptions } from "./deployments/UsageCharts";
-import { eventFigures } from "./deployments/Detail";
+import { eventFigures } from "./deployments/Events";
 import { DEPLOY_DEFAULTS, toBody } from "./deployments/Deploy";
 import type { Usage } from "./deployments/types";
 

@@ -7,7 +7,7 @@ import { useQuery, useQueryClient } from "@tanstack/react-query";
 import { api, unwrap, type Schemas } from "../../api/client";
 import { useI18n } from "../../i18n";
 import { useSession } from "../../session";
-import { useProjects } from "../../App";
+import { useProjects } from "../../projects";
 import { EmptyState, Forbidden, fmtTime } from "../../components/common";
 import { ConfirmButton, CreateButton, CreateModal, ListTable, Section, useMutate } from "./parts";
 

@@ -1,14 +1,17 @@
 // What the console's sections share: the page frame, a create button and modal whose API field
 // errors land at the field, a secret shown once, the list table with its empty and error states,
-// a confirmed destructive action, and a tenant's rows of a list the API spans over tenants.
+// a confirmed destructive action, a tenant's rows of a list the API spans over tenants, the roles.
 import { useState, type ReactNode } from "react";
 import { App, Alert, Button, Form, Modal, Popconfirm, Space, Table, Typography } from "antd";
 import type { TableProps } from "antd";
 import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
-import { ApiError, flatFields } from "../../api/client";
+import { ApiError, flatFields, type Schemas } from "../../api/client";
 import { useI18n, type Key } from "../../i18n";
 import { useSession } from "../../session";
 import { EmptyState, ErrorState } from "../../components/common";
+
+/** The tenant roles, lowest first (members' and invitations' role pickers). */
+export const ROLES: Schemas["TenantRoleEnum"][] = ["viewer", "member", "admin", "owner"];
 
 export function Section({ title, extra, children }: { title: Key; extra?: ReactNode; children: ReactNode }) {
   const { t } = useI18n();

@@ -9,7 +9,7 @@ import { useQuery, useQueryClient } from "@tanstack/react-query";
 import { api, ApiError, flatFields, unwrap, type Schemas } from "../../api/client";
 import { useI18n } from "../../i18n";
 import { useSession } from "../../session";
-import { useProjects } from "../../App";
+import { useProjects } from "../../projects";
 import { Forbidden } from "../../components/common";
 import { bytes, type Deployment, type DeploymentCreate, type FitEstimate } from "./types";
 

@@ -17,7 +17,6 @@ import {
   Table,
   Tabs,
   Tag,
-  Timeline,
   Typography,
 } from "antd";
 import { useQuery, useQueryClient } from "@tanstack/react-query";
@@ -28,6 +27,7 @@ import { ConfirmButton, CreateModal, ShownOnce, useMutate } from "../admin/parts
 import { ArchiveButton, ArchivedTag, RestoreButton } from "../../components/Archive";
 import { DeploymentStateTag, useDeploymentRole } from "./parts";
 import { UsageCharts } from "./UsageCharts";
+import { Events } from "./Events";
 import {
   bytes,
   counts,
@@ -36,89 +36,9 @@ import {
   servedRef,
   versionNumber,
   type Deployment,
-  type DeploymentEvent,
   type DeploymentKey,
   type Replica,
 } from "./types";
-
-const EVENT_COLORS: Record<string, string> = {
-  failed: "red",
-  replica_unhealthy: "red",
-  replica_replaced: "orange",
-  scaled_up: "blue",
-  scaled_down: "blue",
-  scaled_to_zero: "gray",
-  woken: "green",
-  replica_ready: "green",
-  rollout_done: "green",
-};
-
-// the figures an autoscale decision read, in the order people read them
-const FIGURES = [
-  "from",
-  "to",
-  "by",
-  "requests_processing",
-  "requests_deferred",
-  "ready_replicas",
-  "slots_per_replica",
-  "target_per_slot",
-  "idle_s",
-  "cold_start_s",
-  "version",
-  "replicas",
-];
-
-/** An event's `data` as "name value" pairs (nested parts, such as each replica's metrics, as JSON). */
-export function eventFigures(data: unknown): [string, string][] {
-  if (!data || typeof data !== "object") return [];
-  const entries = Object.entries(data as Record<string, unknown>);
-  const rank = (k: string) => (FIGURES.includes(k) ? FIGURES.indexOf(k) : FIGURES.length);
-  return entries
-    .sort(([a], [b]) => rank(a) - rank(b))
-    .map(([k, v]) => [k, typeof v === "object" && v !== null ? JSON.stringify(v) : String(v)]);
-}
-
-function Events({ id }: { id: string }) {
-  const { t } = useI18n();
-  const events = useQuery({
-    queryKey: ["deployment-events", id],
-    refetchInterval: 5_000,
-    queryFn: async () =>
-      unwrap(await api.GET("/api/v1/deployments/{id}/events/", { params: { path: { id }, query: { page_size: 500 } } }))
-        .results,
-  });
-  if (events.error) return <ErrorState error={events.error} onRetry={() => events.refetch()} />;
-  if (!events.data) return <Loading />;
-  if (!events.data.length) return <EmptyState />;
-  const rows = [...events.data].sort((a, b) => b.created_at.localeCompare(a.created_at)); // newest first
-  return (
-    <Timeline
-      data-testid="deployment-events"
-      items={rows.map((e: DeploymentEvent) => ({
-        color: EVENT_COLORS[e.kind] ?? "blue",
-        children: (
-          <div data-testid="deployment-event" data-kind={e.kind}>
-            <Space wrap size={4}>
-              <Typography.Text type="secondary">{fmtTime(e.created_at)}</Typography.Text>
-              <Tag>{e.kind}</Tag>
-              <span>{e.message}</span>
-            </Space>
-            {eventFigures(e.data).length > 0 && (
-              <div style={{ fontSize: 12, marginTop: 2 }} title={t("dep.figures")}>
-                {eventFigures(e.data).map(([k, v]) => (
-                  <span key={k} style={{ marginRight: 12, overflowWrap: "anywhere" }}>
-                    <Typography.Text type="secondary">{k}</Typography.Text> <code>{v}</code>
-                  </span>
-                ))}
-              </div>
-            )}
-          </div>
-        ),
-      }))}
-    />
-  );
-}
 
 function Replicas({ id }: { id: string }) {
   const { t } = useI18n();
