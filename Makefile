@@ -22,14 +22,16 @@ ifneq ($(filter-out 1,$(or $(TORUS_SCALE),1)),)
 export TORUS_ES_NODES ?= 3
 endif
 
-.PHONY: help up down test lint bench services migrate static seed venv examples-venv engines ui ui-test \
+.PHONY: help up down test test-lanes test-parallel test-serial test-quick lint bench services migrate static seed venv examples-venv engines ui ui-test \
 	backup restore
 
 help:
 	@echo "make up     run the platform (services, migrations, demo data, web, worker, beat)"
 	@echo "make test   lint and run the whole test suite against the real services"
+	@echo "make test-quick  the unit and PostgreSQL tests only, in parallel (no cluster, no browser)"
+	@echo "make test-lanes  the parallel lane, then the serial lane"
 	@echo "make down   stop the platform and its services"
-	@echo "make lint   ruff check and ruff format --check"
+	@echo "make lint   ruff check, ruff format --check and the import contracts (lint-imports)"
 	@echo "make bench  run the benchmarks beside their peers (results in bench/results/)"
 	@echo "make backup            dump the platform's PostgreSQL database to .var/backups/ (docs/backup.md)"
 	@echo "make restore FILE=...  restore such a dump into it (stop the portal first: scripts/portal stop)"
@@ -125,18 +127,34 @@ frontend/dist/index.html: frontend/node_modules/.installed $(UI_SOURCES)
 	$(NODE) npm run --prefix frontend build
 ui: frontend/dist/index.html
 
-# Vitest, and the API types checked against the schema; the browser tests (tests/e2e) need
-# Debian's chromium (and CJK fonts for the Chinese pages), installed here when missing.
+# ESLint (no import cycle, no page importing App.tsx), vitest, and the API types checked against
+# the schema; the browser tests (tests/e2e) need Debian's chromium (and CJK fonts for the Chinese
+# pages), installed here when missing.
 ui-test: venv frontend/node_modules/.installed
 	bash -c 'source platform/services/lib.sh && torus_apt_install chromium fonts-noto-cjk'
 	$(NODE) frontend/scripts/api-types.sh --check
+	$(NODE) npm run --prefix frontend lint
 	$(NODE) npm run --prefix frontend test
 
 seed: migrate
 	umask 077 && $(BIN)/python manage.py seed_demo --json > $(TORUS_VAR_DIR)/demo.json
 	chmod 600 $(TORUS_VAR_DIR)/demo.json
 
-up: seed engines
+# `make up`: the portal as soon as the core services run (every component but the S3 gateway
+# and kubernetes); the slow builds, the S3 gateway (its keys are written first, for the
+# portal), Kubernetes (then its cluster is registered) and the serving engine, go on in the
+# background (scripts/builds: `torus clusters`, /readyz and the Clusters page say how far; log
+# in .var/log/builds.log). `make test` and .ci/run still build and start everything.
+UP_COMPONENTS := $(shell bash -c 'source platform/services/lib.sh && torus_components && echo "$${TORUS_COMPONENTS[*]}"')
+BACKGROUND_COMPONENTS := $(filter s3 kubernetes,$(UP_COMPONENTS))
+up: export TORUS_SERVICES := $(filter-out $(BACKGROUND_COMPONENTS),$(UP_COMPONENTS))
+up:
+	@# the services' installs and starts (mostly waiting on apt and the daemons) beside the
+	@# virtualenv and the UI's build (CPU), then the rest in order
+	$(MAKE) --no-print-directory -j2 services static
+	$(MAKE) --no-print-directory -o services -o static seed  # those two are done: not again
+	$(if $(filter s3,$(BACKGROUND_COMPONENTS)),platform/services/components/s3 env)
+	scripts/builds --background $(BACKGROUND_COMPONENTS) engine
 	scripts/portal start
 	@echo
 	@if [ "$${TORUS_SCALE:-1}" -gt 1 ]; then url=https://127.0.0.1:$${TORUS_TLS_PORT:-8443}/; \
@@ -144,6 +162,7 @@ up: seed engines
 	echo "Torus is running at $$url  (API docs: /api/docs/; TORUS_SCALE=$${TORUS_SCALE:-1})"
 	@echo "Demo login: acme-owner / torus-demo-pass  (also acme-admin, acme-member, acme-viewer, globex-*)"
 	@echo "Demo API tokens: $(TORUS_VAR_DIR)/demo.json   Logs: $(TORUS_VAR_DIR)/log/"
+	@scripts/builds --status
 
 down:
 	scripts/portal stop
@@ -152,10 +171,38 @@ down:
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports --no-logo --no-cache  # the import contracts in pyproject.toml
 
-# Tests use their own Redis databases (8-10) so they never touch a running platform's.
-test: venv examples-venv engines services static lint ui-test
-	TORUS_REDIS_DB_BASE=8 $(BIN)/python -m pytest $(PYTEST_ARGS)
+# Tests in lanes (docs/ARCHITECTURE.md, Tests in lanes): the parallel lane on TEST_WORKERS
+# pytest-xdist workers (each its own test database, Redis databases and names: tests/lanes.py),
+# then the serial lane (tests that stop or kill a shared service). Tests use their own Redis
+# databases (8-10, and 11-13, 3-5 for more workers) so they never touch a running platform's.
+TEST_WORKERS ?= 3
+PYTEST := TORUS_REDIS_DB_BASE=8 $(BIN)/python -m pytest
+define lane
+	@start=$$(date +%s); rc=0; $(PYTEST) $(2) $(PYTEST_ARGS) || rc=$$?; \
+	echo "lane $(1): $$(( $$(date +%s) - start )) s of wall time (exit $$rc)"; \
+	[ $$rc -eq 0 ] || [ $$rc -eq 5 ]
+endef
+
+# `make test`: lint and the UI's checks, then the parallel lane and the serial lane, each
+# with its wall time (docs/ARCHITECTURE.md, Tests in lanes). Every test runs in one of them.
+test: lint ui-test test-lanes
+
+test-lanes: venv examples-venv engines services static
+	@rc=0; $(MAKE) --no-print-directory test-parallel || rc=1; \
+	$(MAKE) --no-print-directory test-serial || rc=1; exit $$rc
+
+test-parallel:
+	$(call lane,parallel,-n $(TEST_WORKERS) --dist loadgroup -m "not serial")
+
+test-serial:
+	$(call lane,serial,-m serial)
+
+# No cluster, no browser: the unit and PostgreSQL tests, in parallel (a change to Python only).
+test-quick: export TORUS_FUZZ := quick
+test-quick: venv
+	$(call lane,quick,-n $(TEST_WORKERS) --dist loadgroup --reuse-db -m "(unit or postgres) and not serial")
 
 bench: venv services
 	mkdir -p bench/results

@@ -22,6 +22,7 @@ from rest_framework.test import APIClient
 
 from apps.tenancy.models import Role
 from apps.tenancy.services import token_create
+from tests import lanes
 from tests.factories import MembershipFactory, ProjectFactory, ProjectMemberFactory, TenantFactory
 
 ROLES = [Role.OWNER, Role.ADMIN, Role.MEMBER, Role.VIEWER]
@@ -56,6 +57,7 @@ async def refused_with(communicator) -> int | None:
 
 
 def make_world(slug: str) -> TenantWorld:
+    slug = shared_name(slug)
     tenant = TenantFactory(slug=slug, name=slug.title())
     world = TenantWorld(tenant=tenant, project=ProjectFactory(tenant=tenant, slug=f"{slug}-proj"))
     for role in ROLES:
@@ -64,6 +66,123 @@ def make_world(slug: str) -> TenantWorld:
         _, world.tokens[role] = token_create(actor=None, user=user, tenant=tenant, name="test")
     ProjectMemberFactory(project=world.project, user=world.users[Role.MEMBER])
     return world
+
+
+# Lanes (docs/ARCHITECTURE.md, Tests in lanes): what a test needs, marked from the fixtures
+# it uses, or from its module for those that reach a service without one.
+NEEDS_BY_FIXTURE = {
+    "slurm": {"slurm_cluster", "control_loop"},
+    "kubernetes": {"kube_env", "kube_admin", "kube_platform", "kube_namespace", "k8s"},
+    "elasticsearch": {"es", "shipper_loop"},
+    "serving": {"tiny_gguf", "serving_area", "serving_loop", "engines", "run_engine"},
+    "browser": {"built_ui", "browser_params"},
+    "s3": {"s3", "s3_settings"},
+}
+NEEDS_BY_PATH = {
+    "tests/e2e/": {"browser"},
+    "tests/soak/": {"soak", "slurm", "elasticsearch"},
+    "tests/datasets/test_s3": {"s3"},
+    "tests/identity/test_accounts.py": {"ldap"},
+    "tests/tenancy/test_directory_signin.py": {"ldap"},
+    "tests/security/test_job_isolation.py": {"ldap"},
+    "tests/identity/test_fresh_groups.py": {"ldap"},
+    "tests/logs/test_search.py": {"elasticsearch"},
+    "tests/kubernetes/test_control_plane.py": {"kubernetes"},
+    "tests/kubernetes/test_egress.py": {"kubernetes"},
+    "tests/secrets/test_secrets_kubernetes.py": {"kubernetes"},
+    "tests/compute/test_builds_script.py": {"serving"},  # runs the (cached) engine build
+}
+# A test that takes a fixture of one of these makes its names on it: they get the worker's
+# suffix (tests/lanes.py).
+CLUSTER_MARKS = {"slurm", "kubernetes", "elasticsearch", "serving", "browser", "s3", "ldap"}
+# The serial lane: tests that stop, kill or restart a shared service, or measure the whole
+# machine or a shared daemon's counters (prefixes of node ids; each with its reason).
+SERIAL = {
+    "tests/soak/": "kills slurmctld, slurmd and Elasticsearch for minutes",
+    "tests/jobs/test_faults.py": "kills slurmd and slurmctld, sets nodes down",
+    "tests/jobs/test_self_healing.py": "sets a shared Slurm node down",
+    "tests/logs/test_es_cluster.py": "a three-node Elasticsearch of its own: the machine's memory",
+    "tests/logs/test_shipper.py::test_elasticsearch_down": "stops the shared Elasticsearch",
+    "tests/kubernetes/test_backend_cluster.py::test_the_apiserver_restarted": "restarts it",
+    "tests/kubernetes/test_control_plane.py::test_a_daemon_that_died": "kills kube-scheduler",
+    "tests/security/test_job_isolation.py::test_the_directory_down": "stops slapd",
+    "tests/jobs/test_dispatch.py::test_reconciler_rpcs_do_not_grow": "sdiag --reset: all RPCs",
+    "tests/core/test_beat_lease.py": "times a lease's takeover to the second",
+}
+# Cluster tests that still write the fixed names (acme-member, p-acme_...) in their bodies:
+# they keep those names and run one after another on one worker (xdist_group), as before.
+FIXED_NAMES = (
+    "tests/security/test_slurm_privacy.py",
+    "tests/security/test_job_isolation.py",
+    "tests/identity/test_accounts.py",  # seed_demo's acme-member, in the directory
+    "tests/tenancy/test_directory_signin.py",
+)
+
+
+# Modules whose tests share what a module-scoped fixture builds (a wheel and its virtualenv, the
+# client's virtualenv): their tests run on one worker, so it is built once, not once a worker.
+BUILT_ONCE = {
+    "tests/packaging/test_wheel.py": "wheel",
+    "tests/sdk/test_client_package.py": "client-venv",
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the xdist_group marks
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        needs = {mark for mark, names in NEEDS_BY_FIXTURE.items() if names & fixtures}
+        # tests that make their worker's own names (xdist then renames the node: "...@slurm");
+        # those marked by module below make unique names of their own (`lg<uuid>`)
+        item.torus_own_names = bool(needs & CLUSTER_MARKS) and not item.nodeid.startswith(
+            FIXED_NAMES
+        )
+        for prefix, marks in NEEDS_BY_PATH.items():
+            if item.nodeid.startswith(prefix):
+                needs |= marks
+        if not needs:
+            uses_db = {"db", "transactional_db"} & fixtures or item.get_closest_marker("django_db")
+            needs = {"postgres"} if uses_db else {"unit"}
+        if any(item.nodeid.startswith(prefix) for prefix in SERIAL):
+            needs.add("serial")
+        for mark in sorted(needs):
+            item.add_marker(mark)
+        if item.nodeid.startswith(FIXED_NAMES) or "slurm" in needs:
+            # one worker runs them in turn: Slurm tests failed side by side (slurmdbd, the
+            # three shared nodes) in the first parallel runs, not yet isolated
+            item.add_marker(pytest.mark.xdist_group("slurm"))
+        elif "kubernetes" in needs:
+            # one worker runs them in turn: side by side, one test's lost node or platform
+            # role came and went under another's pods (the kwok nodes and roles are shared)
+            item.add_marker(pytest.mark.xdist_group("kubernetes"))
+        elif "browser" in needs:  # one collectstatic into the static root at a time
+            item.add_marker(pytest.mark.xdist_group("browser"))
+        elif item.nodeid.startswith(tuple(BUILT_ONCE)):
+            item.add_marker(pytest.mark.xdist_group(BUILT_ONCE[item.nodeid.split("::")[0]]))
+
+
+_suffix = ""  # the current test's suffix for names on shared services (shared_name)
+
+
+def shared_name(name: str) -> str:
+    """A name the current test makes on a shared service (a tenant's slug: its Slurm account,
+    POSIX group, namespace, log indices), this xdist worker's own (tests/lanes.py)."""
+    return f"{name}{_suffix}"
+
+
+@pytest.fixture(autouse=True)
+def _names_of_this_worker(request, settings):
+    """Cluster tests in parallel workers make names of their worker's own, and uids and gids
+    from its own share of the ranges (the directory is shared, the counters are per
+    database); the rest (and FIXED_NAMES) keep the plain names, which only their own
+    database sees."""
+    global _suffix
+    if lanes.INDEX is not None and getattr(request.node, "torus_own_names", False):
+        _suffix = lanes.SUFFIX
+        settings.TORUS_UID_RANGE = lanes.id_slice(*settings.TORUS_UID_RANGE)
+        settings.TORUS_GID_RANGE = lanes.id_slice(*settings.TORUS_GID_RANGE)
+    yield
+    _suffix = ""
 
 
 @pytest.fixture
@@ -129,6 +248,12 @@ def asgi_server(transactional_db):
     yield SimpleNamespace(url=f"http://127.0.0.1:{port}")
     server.should_exit = True
     thread.join(timeout=20)
+    # the gateway's request records are written by a thread of their own (apps/serving/
+    # records.py): written here, under its lock, before the test database is truncated; a
+    # batch written during the TRUNCATE deadlocked with it
+    from apps.serving import records
+
+    records.flush()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -4,6 +4,7 @@ import factory
 from django.contrib.auth import get_user_model
 
 from apps.tenancy.models import Membership, Project, ProjectMember, Role, Tenant
+from tests.lanes import SUFFIX  # a worker's own names on the shared services
 
 PASSWORD = "correct-horse-battery"
 
@@ -13,7 +14,7 @@ class UserFactory(factory.django.DjangoModelFactory):
         model = get_user_model()
         skip_postgeneration_save = True
 
-    username = factory.Sequence(lambda n: f"user{n}")
+    username = factory.Sequence(lambda n: f"user{n}{SUFFIX}")
     email = factory.LazyAttribute(lambda u: f"{u.username}@example.org")
     password = factory.PostGenerationMethodCall("set_password", PASSWORD)
 
@@ -28,7 +29,7 @@ class TenantFactory(factory.django.DjangoModelFactory):
         model = Tenant
 
     name = factory.Sequence(lambda n: f"Tenant {n}")
-    slug = factory.Sequence(lambda n: f"tenant-{n}")
+    slug = factory.Sequence(lambda n: f"tenant-{n}{SUFFIX}")
 
 
 class MembershipFactory(factory.django.DjangoModelFactory):
@@ -46,7 +47,7 @@ class ProjectFactory(factory.django.DjangoModelFactory):
 
     tenant = factory.SubFactory(TenantFactory)
     name = factory.Sequence(lambda n: f"Project {n}")
-    slug = factory.Sequence(lambda n: f"project-{n}")
+    slug = factory.Sequence(lambda n: f"project-{n}{SUFFIX}")
 
 
 class ProjectMemberFactory(factory.django.DjangoModelFactory):

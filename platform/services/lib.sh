@@ -175,8 +175,16 @@ torus_apt_install() {
   ((${#missing[@]})) || return 0
   torus_log "installing ${missing[*]} (apt-get)"
   local apt=(apt-get -q -y -o DPkg::Lock::Timeout=300)
-  DEBIAN_FRONTEND=noninteractive "${apt[@]}" update >&2
-  DEBIAN_FRONTEND=noninteractive "${apt[@]}" install --no-install-recommends "${missing[@]}" >&2
+  # one `apt-get update` an hour: a fresh machine's set-up installs for several components in
+  # turn; lists too old for a package (a 404) are refreshed and the install tried once more
+  local stamp=/var/cache/apt/torus-updated
+  if [[ -z $(find "$stamp" -mmin -60 2>/dev/null) ]]; then
+    DEBIAN_FRONTEND=noninteractive "${apt[@]}" update >&2 && touch "$stamp"
+  fi
+  DEBIAN_FRONTEND=noninteractive "${apt[@]}" install --no-install-recommends "${missing[@]}" >&2 || {
+    DEBIAN_FRONTEND=noninteractive "${apt[@]}" update >&2 && touch "$stamp"
+    DEBIAN_FRONTEND=noninteractive "${apt[@]}" install --no-install-recommends "${missing[@]}" >&2
+  }
 }
 
 # Without a Go >= 1.21 here, the toolchain itself comes from the Go module proxy (the
@@ -367,11 +375,12 @@ torus_lock() {
 
 torus_component_main() {
   local name=$1 sub=${2:-} fn
+  fn=${sub}_${name//-/_}
   case $sub in
     install | start | wait | status | stop) ;;
+    env) declare -F "$fn" >/dev/null || torus_die "components/$name has no env step" ;;
     *) torus_die "usage: components/$name install|start|wait|status|stop" ;;
   esac
-  fn=${sub}_${name//-/_}
   "$fn"
 }
 

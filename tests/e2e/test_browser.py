@@ -39,7 +39,11 @@ def test_researcher_submits_follows_and_finds_a_job(
         {**browser_params, "word": word, "jobName": "e2e-train", "steps": 12, "sleep": 0.25},
     )
     job = Job.objects.get(pk=seen["jobId"])
-    assert (job.name, job.state, job.user.username) == ("e2e-train", "SUCCEEDED", "acme-member")
+    assert (job.name, job.state, job.user.username) == (
+        "e2e-train",
+        "SUCCEEDED",
+        acme.users[Role.MEMBER].username,
+    )
     assert seen["logCount"] == "25 lines"  # 12 ticks, 12 metric lines, the error line
     assert JobMetric.objects.filter(job=job).count() == 12
     assert int(seen["searchTotal"].split()[0]) == 13  # the ticks and the error line

@@ -10,7 +10,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -24,11 +23,14 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
+from scripts.devstack import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("apps", "config")
 # Reads of BASE_DIR that are not package data: where the platform's state lives (VAR_DIR, set by
-# TORUS_VAR_DIR when installed) and the built UI (TORUS_UI_DIST; the wheel carries no UI).
-BASE_DIR_READS = {"config/settings.py": 3}
+# TORUS_VAR_DIR when installed) and the built UI (TORUS_UI_DIST; the wheel carries no UI); the
+# secret key's file, under the same VAR_DIR.
+BASE_DIR_READS = {"config/settings.py": 3, "config/secret_key.py": 2}
 
 
 def _tree_files() -> list[str]:
@@ -122,12 +124,6 @@ def _run(venv: Path, *args: str, cwd: Path, timeout: int = 120) -> str:
     return done.stdout
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _stop(process: subprocess.Popen) -> None:
     os.killpg(process.pid, signal.SIGTERM)
     try:
@@ -198,17 +194,17 @@ from pathlib import Path
 import django
 django.setup()
 import apps, config
-from apps.compute.backends import slurm
+from apps.compute.backends import slurm, slurm_request
 from apps.compute.backends.base import Submission
 from apps.compute.backends.kubernetes import manifests
-from apps.jobs.datasets import STAGER
+from apps.jobs.staging import STAGER
 from apps.logs import index
 sub = Submission(tag="torus:1", name="probe", environment={}, nodes=1, tasks_per_node=1,
                  cpus_per_task=1, memory_mb_per_node=64, time_limit_minutes=1,
                  user="probe", uid=5000, gid=5000, account="acct")
 print(json.dumps({
     "files": [m.__file__ for m in (apps, config, slurm)],
-    "script": slurm.render_request(sub)["script"],
+    "script": slurm_request.render_request(sub)["script"],
     "k8s_launcher": manifests.LAUNCHER,
     "stager": str(STAGER), "stager_is_file": STAGER.is_file(),
     "template": json.loads(index.TEMPLATE.read_text()),
@@ -248,7 +244,7 @@ def test_web_serves_from_the_wheel(venv, tmp_path, db, ui_built):
     collect = ["-m", "django", "collectstatic", "--noinput", "-v", "0"]
     done = subprocess.run([venv / "bin" / "python", *collect], cwd=tmp_path, env=env, timeout=300)
     assert done.returncode == 0
-    port = _free_port()
+    port = free_port()
     web = subprocess.Popen(
         [venv / "bin" / "python", "-m", "uvicorn", "config.asgi:application", "--port", str(port)],
         cwd=tmp_path,
