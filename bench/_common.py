@@ -1,16 +1,15 @@
-"""What every benchmark needs: the platform's environment, its own web server and workers,
-a bench tenant with a token, and percentiles. Not a benchmark itself (run_all skips `_*.py`).
+"""What every benchmark needs: the platform's environment, a bench tenant with a token,
+percentiles, CPU by process, and the results file (write_result). Its web servers, workers and
+peers start through scripts/devstack.py. Not a benchmark itself (run_all skips `_*.py`).
 
 Importing this module sets os.environ to the platform's settings with the Redis databases
 given by TORUS_REDIS_DB_BASE (default 4: a running platform uses 0-2 and the tests 8-10).
 """
 
 import contextlib
-import http.client
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -22,29 +21,15 @@ BIN = ROOT / ".venv" / "bin"
 VAR = Path(os.environ.get("TORUS_VAR_DIR", ROOT / ".var"))
 sys.path.insert(0, str(ROOT))
 
+from scripts.devstack import platform_env  # noqa: E402 (ROOT on the path first)
+
+ENV = platform_env(var=VAR, redis_db_base="4")
+os.environ.update(ENV)
+
 
 def log(name: str, msg: str) -> None:
     sys.stderr.write(f"[{name} {time.strftime('%H:%M:%S')}] {msg}\n")
     sys.stderr.flush()
-
-
-def platform_env(*, redis_db_base: str = "4") -> dict[str, str]:
-    """What the Makefile exports, plus the benchmark's own Redis databases."""
-    env = dict(os.environ)
-    env.setdefault("TORUS_VAR_DIR", str(VAR))
-    # The database and Redis URLs: config/settings.py reads them from secrets/services.env.
-    if not env.get("TORUS_SECRET_KEY"):
-        key = VAR / "secret-key"
-        if not key.is_file() or not key.read_text().strip():
-            sys.exit(f"no {key}: run `make up` (or make migrate) once first")
-        env["TORUS_SECRET_KEY"] = key.read_text().strip()
-    env["DJANGO_SETTINGS_MODULE"] = "config.settings"
-    env["TORUS_REDIS_DB_BASE"] = env.get("TORUS_REDIS_DB_BASE") or redis_db_base
-    return env
-
-
-ENV = platform_env()
-os.environ.update(ENV)
 
 
 def percentiles(values: list[float]) -> dict:
@@ -62,12 +47,6 @@ def percentiles(values: list[float]) -> dict:
         "mean": round(statistics.fmean(ordered), 2),
         "max": round(ordered[-1], 2),
     }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def django_setup():
@@ -106,131 +85,6 @@ def ensure_tenant(*, slug: str, project_slug: str, owner: str, token_name: str) 
     _, token = services.token_create(actor=None, user=user, tenant=tenant, name=token_name)
     cluster = Cluster.objects.filter(name="local").first()
     return {"tenant": tenant, "project": project, "user": user, "token": token, "cluster": cluster}
-
-
-# Prepended to the platform's processes (web servers, workers): `setpriv ...` to run them as
-# the platform's account, as scripts/portal does; a benchmark's --platform-user sets it.
-RUN_AS: list[str] = []
-
-
-def run_as(user: str) -> None:
-    """The platform's processes this benchmark starts run as `user` ("root": as this process)."""
-    RUN_AS[:] = [] if user == "root" else ["setpriv", f"--reuid={user}", f"--regid={user}",
-                                             "--init-groups", "--"]  # fmt: skip
-
-
-class Proc:
-    """A child process in its own session, its output in logdir/<name>.log."""
-
-    def __init__(self, name: str, argv: list[str], logdir: Path, env: dict | None = None):
-        self.name, self.log_path = name, logdir / f"{name}.log"
-        self.log_file = open(self.log_path, "ab")  # noqa: SIM115
-        if argv[0].startswith(str(BIN)):  # ours (not a peer such as HAProxy)
-            argv = [*RUN_AS, *argv]
-        self.popen = subprocess.Popen(  # noqa: S603
-            argv,
-            cwd=ROOT,
-            env=env or ENV,
-            stdout=self.log_file,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        PROCS.append(self)
-
-    def stop(self) -> None:
-        if self in PROCS:
-            PROCS.remove(self)
-        if self.popen.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.popen.pid, signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.popen.wait(timeout=15)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.popen.pid, signal.SIGKILL)  # stragglers of the group
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.popen.wait(timeout=5)
-        self.log_file.close()
-
-    def tail(self, n: int = 20) -> str:
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-
-
-PROCS: list[Proc] = []
-
-
-def stop_all() -> None:
-    while PROCS:
-        PROCS[-1].stop()
-
-
-def start_web(
-    logdir: Path, *, workers: int = 1, name: str | None = None, env: dict | None = None
-) -> tuple[Proc, int]:
-    """uvicorn on a free port, returned once every worker has answered /healthz; `env` adds
-    to the platform's environment."""
-    port = free_port()
-    argv = [str(BIN / "uvicorn"), "config.asgi:application", "--host", "127.0.0.1"]
-    argv += ["--port", str(port), "--no-access-log", "--log-level", "warning"]
-    if workers > 1:
-        argv += ["--workers", str(workers)]
-    proc = Proc(name or f"web-w{workers}", argv, logdir, env={**ENV, **env} if env else None)
-    wait_answering(proc, port, "/healthz", timeout=60)
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    for _ in range(4 * workers):  # every worker has imported Django
-        conn.request("GET", "/healthz")
-        conn.getresponse().read()
-    conn.close()
-    return proc, port
-
-
-def wait_answering(proc: "Proc", port: int, path: str, *, timeout: float) -> None:
-    """Until GET `path` on the process's port answers 200; an error if it exits first or
-    does not answer in `timeout` seconds (with the end of its log)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.popen.poll() is not None:
-            raise RuntimeError(f"{proc.name} exited:\n{proc.tail()}")
-        try:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            conn.request("GET", path)
-            answer = conn.getresponse()
-            answer.read()
-            conn.close()
-            if answer.status == 200:
-                return
-        except OSError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"{proc.name} did not answer {path} on :{port}:\n{proc.tail()}")
-
-
-RELAY_CONFIG = """global
-  maxconn 1000
-defaults
-  mode {mode}
-  timeout connect 5s
-  timeout client 120s
-  timeout server 120s
-  timeout http-keep-alive 75s
-frontend relay
-  bind 127.0.0.1:{port}
-  default_backend target
-backend target
-  server target 127.0.0.1:{target_port}
-"""
-
-
-def start_relay(target_port: int, logdir: Path, *, mode: str, check: str) -> tuple[Proc, int]:
-    """HAProxy (Debian's, installed by `make services`) relaying to a local port, in `mode`
-    tcp (bytes only) or http (requests parsed, connections kept): what one more hop in front
-    of a peer costs, with no work of ours in it. Returned once GET `check` answers 200."""
-    port = free_port()
-    config = logdir / f"relay-{port}.cfg"
-    config.write_text(RELAY_CONFIG.format(mode=mode, port=port, target_port=target_port))
-    proc = Proc(f"relay-{port}", ["haproxy", "-f", str(config), "-db"], logdir)
-    wait_answering(proc, port, check, timeout=10)
-    return proc, port
 
 
 def cpu_parts(roots: dict[str, int], by_comm: dict[str, tuple[str, ...]]) -> dict:
@@ -302,7 +156,8 @@ def environment() -> dict:
 
 
 def finish(name: str, result: dict | None, *, logdir: Path, keep_logs: bool) -> int:
-    """The end of every benchmark: keep or remove its logs, print its JSON line, exit code."""
+    """The end of every benchmark: keep or remove its logs, write its results file and print
+    its JSON line, exit code."""
     import json
     import shutil
 
@@ -312,8 +167,124 @@ def finish(name: str, result: dict | None, *, logdir: Path, keep_logs: bool) -> 
         shutil.rmtree(logdir, ignore_errors=True)
     if result is None:
         return 1
+    log(name, f"results in {write_result(result).relative_to(ROOT)}")
     print(json.dumps(result))
     return 0
+
+
+# -- the results file ------------------------------------------------------------------------
+
+RESULTS = ROOT / "bench" / "results"
+
+# A figure's unit from the end of its name (the first that matches, its parents' otherwise).
+UNIT_SUFFIXES = (
+    ("_ms_per_", "ms/"),
+    ("_seconds_per_", "s/"),
+    ("_mib_per_s", "MiB/s"),
+    ("_mb_per_s", "MB/s"),
+    ("_mb_s", "MB/s"),
+    ("_per_second", "/s"),
+    ("_per_s", "/s"),
+    ("_ms", "ms"),
+    ("_seconds", "s"),
+    ("_s", "s"),
+    ("_bytes", "B"),
+    ("_kib", "KiB"),
+    ("_mib", "MiB"),
+    ("_mb", "MB"),
+    ("_percent", "%"),
+    ("_pct", "%"),
+)
+
+
+def unit_of(path: list[str]) -> str:
+    """The unit a figure's dotted path names: `..._ms` ms, `jobs_per_second` jobs/s,
+    `cpu_ms_per_job` ms/job, `..._seconds` s, ...; "" for a count."""
+    for part in reversed(path):
+        name = "_" + part.lower()
+        for suffix, unit in UNIT_SUFFIXES:
+            if suffix.endswith("_") and suffix in name:  # "_ms_per_job": ms/job
+                return unit + name.split(suffix, 1)[1]
+            if name.endswith(suffix):
+                if unit == "/s":  # jobs_per_second: jobs/s
+                    thing = name[1 : -len(suffix)].rsplit("_", 1)[-1]
+                    return f"{thing}/s"
+                return unit
+    return ""
+
+
+def figures_of(tree, *, unit: str | None = None, prefix: tuple = ()) -> dict:
+    """Every number in `tree` (nested dicts) as {"a.b.c": {"value": v, "unit": u}}; lists,
+    strings and booleans stay in the raw result only."""
+    out = {}
+    if isinstance(tree, dict):
+        for key, value in tree.items():
+            out.update(figures_of(value, unit=unit, prefix=(*prefix, str(key))))
+    elif isinstance(tree, int | float) and not isinstance(tree, bool) and prefix:
+        out[".".join(prefix)] = {
+            "value": tree,
+            "unit": unit if unit is not None else unit_of(list(prefix)),
+        }
+    return out
+
+
+def git_commit() -> dict:
+    """The checkout's commit, and whether its tracked files differ from it."""
+
+    def git(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(  # noqa: S603
+            ["git", "-C", str(ROOT), *args],  # noqa: S607 (git from PATH)
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+
+    head = git("rev-parse", "HEAD")
+    dirty = git("diff", "--quiet", "HEAD", "--")
+    return {"commit": head.stdout.strip() or None, "dirty": dirty.returncode == 1}
+
+
+def result_record(
+    result: dict, *, argv: list[str] | None = None, when: float | None = None
+) -> dict:
+    """What bench/results/<benchmark>-<stamp>.json holds: the command line, the commit, the
+    machine, the figures by name with units (Torus's, the peers', the ratios), CPU per
+    operation by process where the benchmark measured it, and the benchmark's own result."""
+    argv = list(sys.argv if argv is None else argv)
+    if argv and Path(argv[0]).is_absolute():
+        with contextlib.suppress(ValueError):  # no machine path in a committed file
+            argv[0] = str(Path(argv[0]).relative_to(ROOT))
+    when = time.time() if when is None else when
+    figures = figures_of(result.get("metrics", {}))
+    return {
+        "benchmark": result["benchmark"],
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when)),
+        "command": argv,
+        **git_commit(),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "loadavg": [round(x, 2) for x in os.getloadavg()],
+        },
+        "figures": figures,
+        "peers": figures_of(result.get("peers", {})),
+        "ratios": figures_of(result.get("ratios", {}), unit="x"),
+        "cpu_per_op": {k: v for k, v in figures.items() if "cpu" in k and "/" in v["unit"]},
+        "result": result,
+    }
+
+
+def write_result(result: dict, *, directory: Path = RESULTS, argv: list[str] | None = None,
+                 when: float | None = None) -> Path:  # fmt: skip
+    """Write `result` (a benchmark's {"benchmark", "metrics", "peers", "ratios"}) as
+    <directory>/<benchmark>-<UTC timestamp>.json (result_record); its path."""
+    import json
+
+    record = result_record(result, argv=argv, when=when)
+    stamp = record["when"].replace("-", "").replace(":", "")
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{record['benchmark']}-{stamp}.json"
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    return path
 
 
 # -- py-spy (optional; `pip install --target /tmp/bench-pyspy py-spy`) ----------------------

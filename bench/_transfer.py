@@ -11,6 +11,8 @@ from pathlib import Path
 
 import _common as common
 
+from scripts import devstack
+
 PIECE = 1024 * 1024
 
 
@@ -60,5 +62,5 @@ def main(name: str, doc: str, run: Callable, *, size_mb: int, quick_mb: int) -> 
     try:
         result = run(args, logdir)
     finally:
-        common.stop_all()
+        devstack.stop_all()
     return common.finish(name, result, logdir=logdir, keep_logs=args.keep_logs)

@@ -24,7 +24,6 @@ import hashlib
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -34,6 +33,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from scripts.devstack import free_port  # noqa: E402 (ROOT on the path first)
+
 STAGER = ROOT / "apps" / "compute" / "backends" / "stager.py"
 NODE = "bench-node"
 READER = """
@@ -50,12 +53,6 @@ print(total)
 
 def log(message: str) -> None:
     print(f"[dataset_cache] {message}", file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class DelayRelay:
@@ -240,7 +237,7 @@ def main() -> None:
         log(f"sshfs through a {args.delay_ms} ms relay mounted at {filer.mount}")
         version = make_dataset(filer.export, files=args.files, size=args.file_kib * 1024)
         version["root"] = str(filer.mount / "v1")
-        # the user's cache subtree on the node, as dispatch makes it (apps/jobs/datasets.py)
+        # the user's cache subtree on the node, as dispatch makes it (apps/jobs/staging.py)
         (work / "cache" / NODE / "tenant" / "project" / "user").mkdir(parents=True, mode=0o700)
         total = args.files * args.file_kib * 1024
         log(f"dataset: {args.files} files, {total / 2**20:.0f} MiB")
@@ -276,8 +273,16 @@ def main() -> None:
             "repeated_job_speedup_vs_no_cache": round(repeated_off / repeated_on, 2),
             "first_job_cost_vs_no_cache": round(on[0]["seconds"] / first_off, 2),
         }
-        print(json.dumps({"benchmark": "dataset_cache", "metrics": metrics, "peers": peers,
-                          "ratios": ratios}))  # fmt: skip
+        from _common import write_result  # the platform's environment, after the run
+
+        result = {
+            "benchmark": "dataset_cache",
+            "metrics": metrics,
+            "peers": peers,
+            "ratios": ratios,
+        }
+        log(f"results in {write_result(result).relative_to(ROOT)}")
+        print(json.dumps(result))
     finally:
         filer.stop()
         for path in work.rglob("*"):

@@ -33,6 +33,8 @@ import _common as common
 import _transfer as transfer
 import httpx
 
+from scripts import devstack
+
 NAME = "datasets_transfer"
 PIECE = transfer.PIECE
 
@@ -95,15 +97,15 @@ def run(args, logdir: Path) -> dict:
     expected = transfer.make_source(source, size)
     subprocess.run(["cat", str(source)], stdout=subprocess.DEVNULL, check=True)  # page cache
 
-    web, port = common.start_web(logdir, name="web")
+    web, port = devstack.start_web(logdir, name="web")
     env = {**common.ENV, "PLAIN_ROOT": str(work / "plain")}
     plain_argv = [str(common.BIN / "uvicorn"), "_plain_asgi:app", "--app-dir", "bench"]
-    plain_port = common.free_port()
+    plain_port = devstack.free_port()
     plain_argv += ["--host", "127.0.0.1", "--port", str(plain_port), "--no-access-log"]
-    common.Proc("plain", plain_argv, logdir, env=env)
-    hashing_port = common.free_port()
+    devstack.Proc("plain", plain_argv, logdir, env=env)
+    hashing_port = devstack.free_port()
     hashing_argv = [*plain_argv[:4], "--host", "127.0.0.1", "--port", str(hashing_port)]
-    common.Proc("plain-sha256", hashing_argv, logdir, env={**env, "PLAIN_SHA256": "1"})
+    devstack.Proc("plain-sha256", hashing_argv, logdir, env={**env, "PLAIN_SHA256": "1"})
     time.sleep(2)
 
     headers = {"Authorization": f"Bearer {bench['token']}"}

@@ -33,11 +33,9 @@ from pathlib import Path
 os.environ.setdefault("TORUS_REDIS_DB_BASE", "12")  # the shipper's live publishing: 12-14
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
-    BIN,
     ENV,
     ROOT,
     VAR,
-    Proc,
     django_setup,
     ensure_tenant,
     environment,
@@ -48,9 +46,10 @@ from _common import (
     pyspy_start,
     pyspy_stop,
     pyspy_summary,
-    stop_all,
 )
 from _common import log as _log
+
+from scripts.devstack import Proc, shipper_command, stop_all
 
 TENANT_SLUG, PROJECT_SLUG, OWNER, TOKEN_NAME = "bench-ingest", "ingest", "bench-owner", "ingest"
 RSYSLOG_INDEX_PREFIX = "bench-rsyslog-"
@@ -446,8 +445,7 @@ def _pids_with(word: str) -> list[int]:
 
 def start_shipper(label: str, logdir: Path, hours: int) -> Proc:
     env = {**ENV, "TORUS_SHIPPER_RECENT_HOURS": str(hours), MARKER: "1"}
-    argv = [str(BIN / "python"), "manage.py", "run_shipper"]
-    return Proc(label, argv, logdir, env=env)
+    return Proc(label, shipper_command(), logdir, env=env)
 
 
 def wait_idle(proc: Proc, hours: int, label: str, timeout: float = 1800.0) -> dict:

@@ -62,16 +62,10 @@ os.environ.setdefault("TORUS_REDIS_DB_BASE", "12")  # its cache DB (13) holds th
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import cpu_parts as _cpu_parts
-from _common import (
-    cpu_per_job,
-    django_setup,
-    ensure_tenant,
-    environment,
-    finish,
-    start_web,
-    stop_all,
-)
+from _common import cpu_per_job, django_setup, ensure_tenant, environment, finish
 from _common import log as _log
+
+from scripts.devstack import start_web, stop_all
 
 NAME = "kubernetes_submit"
 

@@ -27,8 +27,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
-    BIN,
-    Proc,
     django_setup,
     ensure_tenant,
     environment,
@@ -36,10 +34,10 @@ from _common import (
     manage,
     percentiles,
     process_cpu_seconds,
-    start_web,
-    stop_all,
 )
 from _common import log as _log
+
+from scripts.devstack import Proc, shipper_command, start_web, stop_all
 
 LINE = re.compile(r"^live seq=(\d+) t=(\d+) ")
 PAD = "x" * 60  # lines of about 100 bytes, like a training log's
@@ -241,18 +239,23 @@ def main() -> int:
         log(f"another log shipper runs (pid {', '.join(others)}): stop it (scripts/portal stop)")
         return 2
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    workdir = Path(tempfile.mkdtemp(prefix="torus-live-"))
     logdir = Path(tempfile.mkdtemp(prefix="torus-live-logs-"))
+    workdir = None
     try:
         manage("migrate", "--noinput", "--verbosity", "0")
         django_setup()
+        from django.conf import settings
+
+        # the shipper reads a job's logs only below the job root (apps/identity/tree.py)
+        Path(settings.TORUS_JOB_ROOT).mkdir(parents=True, exist_ok=True)
+        workdir = Path(tempfile.mkdtemp(prefix="bench-live-", dir=settings.TORUS_JOB_ROOT))
         ctx = ensure_tenant(
             slug="bench-live", project_slug="tail", owner="bench-live-owner", token_name="live"
         )
         drop_indices()
         metrics: dict = {"environment_start": environment()}
         web, port = start_web(logdir, workers=1)
-        shipper = Proc("shipper", [str(BIN / "python"), "manage.py", "run_shipper"], logdir)
+        shipper = Proc("shipper", shipper_command(), logdir)
         time.sleep(2.0)  # template installed, first pass done
         if shipper.popen.poll() is not None:
             raise RuntimeError(f"the shipper exited:\n{shipper.tail()}")
@@ -260,15 +263,14 @@ def main() -> int:
             metrics[f"rate_{rate}"] = phase(ctx, port, shipper, web, workdir, rate, seconds)
         metrics["environment_end"] = environment()
         metrics["seconds_per_rate"] = seconds
-        from django.conf import settings
-
         metrics["shipper_interval_ms"] = round(settings.TORUS_SHIPPER_INTERVAL * 1000)
     finally:
         stop_all()
         try:
             drop_indices()
         finally:
-            shutil.rmtree(workdir, ignore_errors=True)
+            if workdir is not None:
+                shutil.rmtree(workdir, ignore_errors=True)
     ratios, peers = {}, {}
     for rate in rates:
         m = metrics[f"rate_{rate}"]

@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import django_setup, log
+from _common import ROOT, django_setup, log, write_result
 
 UID, GID = 250000, 350000  # a job's user and project group, inside the default ranges
 
@@ -87,7 +87,9 @@ def main() -> int:
         "added_ms_per_job": round(caller + helper - before, 3),
     }
     log("privileged_hop", json.dumps(metrics))
-    print(json.dumps({"benchmark": "privileged_hop", "metrics": metrics, "peers": {}}))
+    result = {"benchmark": "privileged_hop", "metrics": metrics, "peers": {}}
+    log("privileged_hop", f"results in {write_result(result).relative_to(ROOT)}")
+    print(json.dumps(result))
     return 0
 
 

@@ -40,21 +40,10 @@ from pathlib import Path
 os.environ.setdefault("TORUS_REDIS_DB_BASE", "7")  # its web server's Redis databases: 7-9
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (
-    ROOT,
-    VAR,
-    Proc,
-    django_setup,
-    ensure_tenant,
-    environment,
-    finish,
-    free_port,
-    manage,
-    percentiles,
-    start_web,
-    stop_all,
-)
+from _common import ROOT, VAR, django_setup, ensure_tenant, environment, finish, manage, percentiles
 from _common import log as _log
+
+from scripts.devstack import Proc, free_port, start_web, stop_all
 
 MLFLOW_VENV = VAR / "bench" / "mlflow"
 MLFLOW_SPEC = ["mlflow>=3.0,<4", "psycopg2-binary>=2.9"]

@@ -1,4 +1,5 @@
-"""Run every benchmark in bench/ (each also runs alone) and keep its JSON line in bench/results/.
+"""Run every benchmark in bench/ (each also runs alone); each writes its results file,
+bench/results/<benchmark>-<UTC stamp>.json (bench/_common.py: write_result).
 
 Each benchmark script prints its result as one JSON line last:
 {"benchmark": ..., "metrics": {...}, "peers": {...}, "ratios": {...}}
@@ -7,15 +8,15 @@ Each benchmark script prints its result as one JSON line last:
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+NOT_BENCHMARKS = ("run_all.py", "compare.py")
 
 
 def main() -> int:
     scripts = sorted(
-        p for p in HERE.glob("*.py") if p.name != "run_all.py" and not p.name.startswith("_")
+        p for p in HERE.glob("*.py") if p.name not in NOT_BENCHMARKS and not p.name.startswith("_")
     )
     if not scripts:
         print("no benchmarks yet")
@@ -31,9 +32,7 @@ def main() -> int:
             print(f"{script.name}: failed (exit {proc.returncode})")
             failed += 1
             continue
-        result = json.loads(lines[-1])
-        stamp = time.strftime("%Y%m%dT%H%M%S")
-        (HERE / "results" / f"{result['benchmark']}-{stamp}.json").write_text(lines[-1] + "\n")
+        json.loads(lines[-1])  # a result line, or this run fails loudly
         print(lines[-1])
     return 1 if failed else 0
 

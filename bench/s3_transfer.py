@@ -29,6 +29,8 @@ import _common as common
 import _transfer as transfer
 import httpx
 
+from scripts import devstack
+
 NAME = "s3_transfer"
 PIECE = transfer.PIECE
 
@@ -75,7 +77,7 @@ def run(args, logdir: Path) -> dict:
     for _ in transfer.pieces(source):  # into the page cache
         pass
 
-    web, port = common.start_web(logdir, name="web")
+    web, port = devstack.start_web(logdir, name="web")
     headers = {"Authorization": f"Bearer {bench['token']}"}
     api = httpx.Client(base_url=f"http://127.0.0.1:{port}/api/v1", headers=headers, timeout=600)
     plain = httpx.Client(timeout=600)

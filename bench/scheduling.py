@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("TORUS_REDIS_DB_BASE", "13")  # its own broker/cache DBs (13-15)
 
-from _common import BIN, ENV, ROOT, VAR, Proc, django_setup, environment, finish, stop_all
+from _common import ENV, ROOT, VAR, django_setup, environment, finish
 from _common import log as _log
 from _scheduling_trace import (
     TENANTS,
@@ -38,6 +38,7 @@ from _scheduling_trace import (
 )
 
 from apps.compute.envfile import read_env_file
+from scripts.devstack import Proc, beat_command, stop_all, worker_command
 
 COMPONENT = ROOT / "platform" / "services" / "components" / "slurm-bench"
 DEFAULT_TRACE = ROOT.parent / "shared" / "data" / "itp-trace" / "raw-traces.tar.gz"
@@ -350,25 +351,15 @@ def torus_finish(ctx, names_prefix: str) -> None:
 
 
 def start_platform(logdir: Path) -> tuple[int, list]:
-    from _common import start_web
-
     from config.celery import app
+    from scripts.devstack import start_web
 
     web, port = start_web(logdir, workers=1, name="web")
     app.control.purge()
     hostname = f"bench-sched-{os.getpid()}@{socket.gethostname()}"
-    worker = Proc(
-        "worker",
-        [str(BIN / "celery"), "-A", "config", "worker", "--concurrency", "2", "-Q", "celery",
-         "--loglevel", "INFO", "--hostname", hostname],
-        logdir,
-    )  # fmt: skip
-    beat = Proc(
-        "beat",
-        [str(BIN / "celery"), "-A", "config", "beat", "--loglevel", "INFO",
-         "--schedule", str(logdir / "beat-schedule")],
-        logdir,
-    )  # fmt: skip
+    argv = worker_command(hostname=hostname, loglevel="INFO", queues="celery")
+    worker = Proc("worker", argv, logdir)
+    beat = Proc("beat", beat_command(schedule=logdir / "beat-schedule", loglevel="INFO"), logdir)
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         if worker.popen.poll() is not None:

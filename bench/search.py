@@ -37,11 +37,10 @@ from _common import (
     finish,
     manage,
     percentiles,
-    start_relay,
-    start_web,
-    stop_all,
 )
 from _common import log as _log
+
+from scripts.devstack import start_relay, start_web, stop_all
 
 
 def log(msg: str) -> None:

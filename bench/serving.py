@@ -41,21 +41,17 @@ os.environ.setdefault("TORUS_REDIS_DB_BASE", "10")  # its web server's Redis dat
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
     ROOT,
-    Proc,
     django_setup,
     ensure_tenant,
     environment,
     finish,
-    free_port,
     manage,
     percentiles,
     process_cpu_seconds,
-    start_relay,
-    start_web,
-    stop_all,
-    wait_answering,
 )
 from _common import log as _log
+
+from scripts.devstack import Proc, free_port, start_relay, start_web, stop_all, wait_answering
 
 CONCURRENCY = (1, 4, 16)
 PROMPTS = [
@@ -93,7 +89,7 @@ def start_engine(model: Path, logdir: Path, *, api_key: str, slots: int) -> tupl
     argv += ["--port", str(port), "-np", str(slots), "-c", str(slots * 1024), "-t", "1"]
     argv += ["--metrics", "--alias", "tiny:1"]
     proc = Proc(f"engine-{port}", argv, logdir, env={**os.environ, "LLAMA_ARG_API_KEY": api_key})
-    wait_answering(proc, port, "/health", timeout=60)
+    wait_answering(f"http://127.0.0.1:{port}/health", proc=proc, timeout=60)
     return proc, port
 
 

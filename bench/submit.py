@@ -31,10 +31,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
-    BIN,
     ENV,
     VAR,
-    Proc,
     SectionTimer,
     cpu_parts,
     cpu_per_job,
@@ -47,13 +45,11 @@ from _common import (
     pyspy_start,
     pyspy_stop,
     pyspy_summary,
-    run_as,
-    start_web,
-    stop_all,
 )
 from _common import log as _log
 
 from apps.compute.envfile import read_env_file
+from scripts.devstack import Proc, run_as, start_web, stop_all, worker_command
 
 OUR_IDS: list[str] = []  # every Slurm id the peers got, for the cleanup of an aborted run
 
@@ -225,8 +221,7 @@ def start_worker(logdir: Path) -> Proc:
 
     hostname = f"bench-submit-{os.getpid()}@{socket.gethostname()}"
     app.control.purge()  # tasks a killed earlier run left in our own broker database
-    argv = [str(BIN / "celery"), "-A", "config", "worker", "--concurrency", "2", "-Q", "celery"]
-    argv += ["--loglevel", "INFO", "--hostname", hostname]
+    argv = worker_command(hostname=hostname, loglevel="INFO", queues="celery")
     proc = Proc("worker", argv, logdir)
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:

@@ -20,7 +20,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import ENV, ROOT, django_setup, ensure_tenant, finish, log, manage, start_web, stop_all
+from _common import ENV, ROOT, django_setup, ensure_tenant, finish, log, manage
+
+from scripts.devstack import start_web, stop_all
 
 NAME = "ui_pages"
 FRONTEND = ROOT / "frontend"

@@ -177,7 +177,7 @@ def prepare(run_id: str, live_seconds: int, live_jobs: int = 2) -> dict:
 def start_live(tenant: dict, name: str, run_id: str, seconds: int) -> str:
     """A live job that is RUNNING. Tries the member's, the admin's, then the owner's token:
     on a machine shared with test suites, a job can fail at launch when the directory's
-    groups were rewritten underneath the platform (bench/README.md, the load section)."""
+    groups were rewritten underneath the platform (bench/results/history/load.json)."""
     script = LIVE_SCRIPT.replace("{seconds}", str(seconds))
     minutes = max(2, seconds // 60 + 2)
     job_id = ""

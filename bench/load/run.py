@@ -31,7 +31,6 @@ import _api
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-RESULTS = ROOT / "bench" / "results"
 LOCUST = ROOT / ".venv" / "bin" / "locust"
 # Submits: what we hold the submit path to under this load on 2 shared cores. The quiet-machine
 # figure (bench/submit.py, 8 client threads) is p95 57 ms; here the same two cores also serve
@@ -384,7 +383,7 @@ def main() -> int:
     if state["scale"] != 2:
         _api.log(f"warning: TORUS_SCALE={state['scale']}, not the two-of-each deployment")
     # the demo tenants' groups as the platform records them: a test suite sharing the
-    # directory rewrites them from its own database (bench/README.md, Load)
+    # directory rewrites them from its own database (bench/results/history/load.json)
     subprocess.run([sys.executable, "manage.py", "directory_sync"], cwd=ROOT, check=False)
     workdir = Path(tempfile.mkdtemp(prefix="torus-load-"))
     context = _api.prepare(stamp, live_seconds=args.duration + 90)
@@ -457,10 +456,12 @@ def main() -> int:
         "peers": {"note": "none: no peer exists for this one beyond the aim (reads p95 < 300 ms)"},
         "ratios": {},
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"load-{stamp}.json").write_text(json.dumps(result, indent=1))
-    (RESULTS / f"load-{stamp}.md").write_text(markdown(result))
-    _api.log(f"wrote {RESULTS / f'load-{stamp}.md'} and .json")
+    sys.path.insert(0, str(ROOT / "bench"))
+    from _common import write_result  # the platform's environment, after the run
+
+    written = write_result(result)
+    written.with_suffix(".md").write_text(markdown(result))
+    _api.log(f"wrote {written} and its .md")
     if args.keep:
         _api.log(f"locust's CSVs and log kept in {workdir}")
     else:
