@@ -124,6 +124,10 @@ const scenarios = {
     report.sawRunning = await page.getByTestId("job-state").first().innerText();
     await page.getByTestId("job-state").filter({ hasText: "SUCCEEDED" }).first().waitFor({ timeout: 120_000 });
     await page.getByTestId("log-view").getByText(`tick ${params.steps} ${word}`, { exact: true }).waitFor();
+    // the stderr line comes after the last tick: wait for the count to include it, then
+    // report what is shown (the test compares)
+    const expected = `${2 * params.steps + 1} lines`;
+    await page.getByTestId("log-count").filter({ hasText: expected }).waitFor({ timeout: 30_000 }).catch(() => {});
     report.logCount = await page.getByTestId("log-count").innerText();
     await page.getByTestId("log-first-error").click();
     await page.getByTestId("log-view").getByText(`ERROR ${word} fake error line`).waitFor();
