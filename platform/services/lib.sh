@@ -24,6 +24,10 @@
 #   torus_apt_install PKG...         apt-get install only the missing packages
 #   torus_service_dir NAME USER [quiet]  print a data dir USER can reach (see below)
 #   torus_host_dir                   print /var/lib/torus/<hash of TORUS_VAR_DIR>
+#   torus_installation_id            print this installation's id (.var/installation-id,
+#                                    made once: a new .var is a new installation)
+#   torus_claim_tree ROOT ID NEW     mark a tenants' tree as installation ID's; move one an
+#                                    earlier installation left aside (see below)
 #   torus_go LABEL OVERRIDE CACHE    print a Go >= 1.21 to build with (fetched into CACHE
 #                                    from the Go module proxy when there is none)
 #   torus_as_user USER CMD...        run CMD as USER (runuser), from cwd /
@@ -255,6 +259,35 @@ torus_host_dir() {
   local hash
   hash=$(printf '%s' "$TORUS_VAR_DIR" | sha256sum | cut -c1-12)
   printf '/var/lib/torus/%s\n' "$hash"
+}
+
+torus_installation_id() {
+  local file=$TORUS_VAR_DIR/installation-id
+  if [[ ! -s $file ]]; then
+    (umask 022 && od -An -N16 -tx1 /dev/urandom | tr -d ' \n' >"$file.new" && echo >>"$file.new")
+    mv -f "$file.new" "$file"
+  fi
+  cat "$file"
+}
+
+# The data dir is derived from the .var's path, so a new .var at a path used before (a
+# checkout cloned again in place, a CI machine used again) finds the earlier installation's
+# tenant trees there, with other groups: its projects' jobs would be held ("an older
+# project's directory") for ever. A tree of another installation (another id in
+# ROOT.torus-installation; or no id, not empty, and NEW=1, an installation whose helper never
+# ran) is moved aside whole to ROOT.earlier-<UTC time> and logged; nothing is deleted, the
+# operator purges it. An unmarked tree of an installation that ran before ids were kept stays.
+torus_claim_tree() {
+  local root=$1 id=$2 new=$3 mark="$1.torus-installation" seen="" aside
+  mkdir -p "$(dirname "$root")"
+  [[ ! -f $mark ]] || seen=$(<"$mark")
+  if [[ -d $root ]] && { [[ -n $seen && $seen != "$id" ]] ||
+    { [[ -z $seen && $new == 1 ]] && [[ -n $(ls -A "$root") ]]; }; }; then
+    aside="$root.earlier-$(date -u +%Y%m%dT%H%M%SZ)"
+    mv "$root" "$aside"
+    torus_log "$root held an earlier installation's tree (${seen:-no id}); moved to $aside"
+  fi
+  printf '%s\n' "$id" >"$mark"
 }
 
 torus_as_user() {

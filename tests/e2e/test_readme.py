@@ -8,6 +8,7 @@ that fails names its index, its first line and the tail of its output."""
 import os
 import re
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -19,6 +20,8 @@ BLOCK = re.compile(r"^```bash\n(.*?)^```", re.S | re.M)
 MADE = ("hello.yaml", "train.yaml", "data", "tiny")
 # The blocks that are the caller itself: `make up` runs first (below), `make test` runs this.
 SKIP = {"make up", "make test"}
+# The whole README takes 76-163 s here; a block this long is stuck, and says where.
+BLOCK_TIMEOUT = 900
 
 pytestmark = [pytest.mark.serial, pytest.mark.readme]
 
@@ -40,15 +43,34 @@ def fresh_env() -> dict:
 
 
 def run(script: str, *, timeout: int) -> subprocess.CompletedProcess:
-    return subprocess.run(
+    """The script in a session of its own: one that runs past `timeout` is killed with all it
+    started, and its output so far is returned with exit code None."""
+    with subprocess.Popen(
         ["bash", "-euo", "pipefail", "-c", script],
         cwd=ROOT,
         env=fresh_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        timeout=timeout,
-    )
+        start_new_session=True,
+    ) as process:
+        try:
+            out, _ = process.communicate(timeout=timeout)
+            code = process.returncode
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            out, _ = process.communicate()
+            code = None
+    return subprocess.CompletedProcess(script, code, out)
+
+
+def builds_tail() -> str:
+    """The end of the background builds' log: a block that waits on a build says why."""
+    log = ROOT / ".var" / "log" / "builds.log"
+    try:
+        return "\n".join(log.read_text(errors="replace").splitlines()[-20:])
+    except OSError:
+        return "(no .var/log/builds.log)"
 
 
 def test_the_blocks_of_the_readme_parse():
@@ -64,12 +86,17 @@ def test_every_block_of_the_readme_runs_as_written():
         for index, block in enumerate(blocks((ROOT / "README.md").read_text())):
             if commands(block) <= SKIP:
                 continue
-            done = run(block, timeout=1800)
+            done = run(block, timeout=BLOCK_TIMEOUT)
             if done.returncode != 0:
                 first = block.strip().splitlines()[0]
+                how = (
+                    f"ran past {BLOCK_TIMEOUT} s"
+                    if done.returncode is None
+                    else f"exited {done.returncode}"
+                )
                 pytest.fail(
-                    f"README block {index} ({first!r}) exited {done.returncode}:\n"
-                    f"{done.stdout[-4000:]}",
+                    f"README block {index} ({first!r}) {how}:\n{done.stdout[-4000:]}\n"
+                    f"--- the end of .var/log/builds.log:\n{builds_tail()}",
                     pytrace=False,
                 )
     finally:
