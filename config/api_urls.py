@@ -7,7 +7,7 @@ from apps.compute.api.urls import register as register_compute
 from apps.datasets.api.urls import register as register_datasets
 from apps.jobs.api.urls import register as register_jobs
 from apps.lifecycle.api.urls import register as register_lifecycle
-from apps.logs.api.signatures import FailureSignatureViewSet
+from apps.logs.api.urls import register as register_logs
 from apps.quotas.api.history import UsageHistoryView
 from apps.quotas.api.urls import register as register_quotas
 from apps.quotas.api.views import UsageExportView, UsageView
@@ -28,7 +28,7 @@ register_registry(router)
 register_serving(router)
 register_secrets(router)
 register_lifecycle(router)
-router.register("failure-signatures", FailureSignatureViewSet, basename="failure-signature")
+register_logs(router)
 
 urlpatterns = [
     path("auth/csrf", CsrfView.as_view(), name="auth-csrf"),

@@ -6,10 +6,9 @@ version in apps/jobs/inference.py (output_register)."""
 from celery import current_app
 from django.db import transaction
 
-from apps.jobs import paths
+from apps.jobs import extras, paths
 from apps.jobs.models import JobAttempt
 from apps.jobs.states import State
-from apps.logs.models import JobMetric
 from apps.registry.aliases import alias_set
 from apps.registry.models import ModelVersion, RegisteredModel, VersionState
 from apps.registry.trees import version_import
@@ -81,12 +80,7 @@ def model_register(*, attempt: JobAttempt) -> ModelVersion | None:
         ).first()
         if existing is not None:
             return existing
-        metrics = {
-            m.name: m.value
-            for m in JobMetric.objects.filter(job=job)
-            .order_by("name", "-step", "-timestamp")
-            .distinct("name")
-        }
+        metrics = extras.latest_metrics(job=job)
         source = paths.job_dir(job) / options.get("path", "model")
         version = next_version(
             model,

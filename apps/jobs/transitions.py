@@ -3,9 +3,9 @@
 from django.db import transaction
 from django.utils import timezone
 
+from apps.jobs import extras
 from apps.jobs.models import Job, JobEvent
 from apps.jobs.states import TERMINAL, State, check_transition
-from apps.logs.live import publish_states
 
 TRANSITION_FIELDS = [
     "state",
@@ -59,5 +59,6 @@ def events_record(*, events: list[JobEvent]) -> None:
 
 
 def events_announce(*, events: list[JobEvent]) -> None:
-    """Push saved state-change events to the jobs' live viewers once they are committed."""
-    transaction.on_commit(lambda: publish_states(events=events))
+    """Push saved state-change events to the jobs' live viewers once they are committed
+    (the announcers registered in apps/jobs/extras.py)."""
+    transaction.on_commit(lambda: extras.announce(events=events))

@@ -61,7 +61,7 @@ def test_bad_filters_are_400s(acme, jobs):
 
 
 def test_logs_endpoint_validates_its_parameters(acme, jobs):
-    url = reverse("job-logs", kwargs={"pk": jobs["a"].pk})
+    url = reverse("job-output-logs", kwargs={"pk": jobs["a"].pk})
     client = acme.client(Role.VIEWER)
     assert client.get(url, {"stream": "stdin"}).status_code == 400
     assert client.get(url, {"offset": -1}).status_code == 400
@@ -86,7 +86,7 @@ def test_logs_never_split_a_character(acme, jobs, logs_dir):
         stderr_path=str(logs_dir / "err.log"),
     )
     (logs_dir / "out.log").write_bytes("héllo wörld\n".encode())
-    url = reverse("job-logs", kwargs={"pk": jobs["a"].pk})
+    url = reverse("job-output-logs", kwargs={"pk": jobs["a"].pk})
     client = acme.client(Role.VIEWER)
     text, offset = "", 0
     while True:

@@ -13,7 +13,7 @@ from apps.compute.backends import for_cluster
 from apps.compute.backends.base import ClusterUnavailable
 from apps.core.exceptions import DirectoryUnavailable
 from apps.identity.storage import project_root
-from apps.jobs import dispatch, paths, reconcile
+from apps.jobs import dispatch, extras, paths, reconcile
 from apps.jobs.models import AttemptState, Job, JobAttempt
 from apps.tenancy.models import Role
 from tests.jobs.conftest import drive, sdiag_rpcs, slurm, slurm_jobs_tagged, submit
@@ -325,15 +325,13 @@ def test_recording_a_pass_moves_each_claimed_job_once_and_announces_it(
     """What a pass records after the cluster accepted its attempts: each attempt SUBMITTED
     with its backend id, each job still QUEUED moved with its event, published to its live
     viewers. A job cancelled meanwhile stays cancelled; an attempt not claimed is left."""
-    from apps.jobs import transitions
-
     ids = [submit(acme.client(Role.MEMBER), acme.project, command=["true"])["id"] for _ in range(3)]
     claimed = dispatch.claim(cluster=cluster, limit=2)
     attempts = {a.pk: a for a in JobAttempt.objects.filter(pk__in=claimed)}
     cancelled = next(iter(attempts.values())).job
     Job.objects.filter(pk=cancelled.pk).update(state="CANCELLED")
     published = []
-    monkeypatch.setattr(transitions, "publish_states", lambda *, events: published.extend(events))
+    monkeypatch.setattr(extras, "_announcers", {"test": lambda *, events: published.extend(events)})
     accepted = {pk: f"{100 + n}" for n, pk in enumerate(attempts)}
     with django_capture_on_commit_callbacks(execute=True), django_assert_num_queries(1):
         dispatch.mark_submitted_many(submitted=accepted, via="Slurm")

@@ -224,7 +224,7 @@ def test_another_tenants_job_is_not_found(world, pool, fast_cluster):
     tenant, other = world
     job = submit(tenant.client(Role.MEMBER), tenant.project, **spec(pool[0]))
     outsider = other.client(Role.OWNER)
-    for name, method in (("job-detail", "get"), ("job-logs", "get"), ("job-cancel", "post")):
+    for name, method in (("job-detail", "get"), ("job-output-logs", "get"), ("job-cancel", "post")):
         response = getattr(outsider, method)(reverse(name, kwargs={"pk": job["id"]}))
         assert response.status_code == 404, (name, response.content)
     assert Job.objects.get(pk=job["id"]).cancel_requested is False
@@ -395,7 +395,7 @@ def test_pod_logs_reach_search_through_the_unchanged_shipper(world, pool, fast_c
         ship_pass()
         attempt.refresh_from_db()
         assert time.monotonic() < deadline, "the attempt's logs were never all shipped"
-    chunk = member.get(reverse("job-logs", kwargs={"pk": job["id"]})).json()
+    chunk = member.get(reverse("job-output-logs", kwargs={"pk": job["id"]})).json()
     assert "epoch 2 loss=0.41" in chunk["data"] and chunk["complete"]
     es().indices.refresh(index="torus-logs-*")
     found = member.get(reverse("logs-search"), {"q": "loss", "job": job["id"]}).json()

@@ -93,7 +93,7 @@ async def test_at_the_boundary_a_running_attempt_reads_search_an_ended_one_its_l
         ("stderr", 0, "WARNING"),
     ]
     api = await sync_to_async(acme.client(Role.VIEWER).get)(
-        reverse("job-logs", kwargs={"pk": job.pk})
+        reverse("job-output-logs", kwargs={"pk": job.pk})
     )
     assert api.json()["data"].splitlines() == ["alpha", "beta"]  # the same source
     # the shipper catches up: its lines are the backlog's, so the viewer gets only the ends

@@ -40,7 +40,7 @@ def test_metrics_are_stored_once_and_served_as_series(es, acme, attempt):
     ship_pass()
     ship_pass()
     assert JobMetric.objects.filter(job=attempt.job).count() == 3
-    url = reverse("job-metrics", kwargs={"pk": attempt.job.pk})
+    url = reverse("job-output-metrics", kwargs={"pk": attempt.job.pk})
     series = acme.client(Role.VIEWER).get(url).json()["series"]
     assert [(p["step"], p["value"]) for p in series["loss"]] == [(1, 1.0), (2, 0.5), (3, 1.0 / 3)]
     assert acme.client(Role.VIEWER).get(url, {"metric": "accuracy"}).json() == {"series": {}}

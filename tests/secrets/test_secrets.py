@@ -410,7 +410,7 @@ def test_the_log_api_masks_the_secrets_the_attempt_received(acme, cluster, setti
     attempt.refresh_from_db()
     assert masker_for(attempt) is not None
     for role in ROLES:
-        response = acme.client(role).get(reverse("job-logs", kwargs={"pk": job.pk}))
+        response = acme.client(role).get(reverse("job-output-logs", kwargs={"pk": job.pk}))
         assert response.status_code == 200, response.content
         assert VALUE not in response.content.decode(), response.content
         assert "token is ****" in response.json()["data"], response.json()

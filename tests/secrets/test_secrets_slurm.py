@@ -109,7 +109,7 @@ def test_a_job_gets_its_secrets_and_nobody_reads_them_back(acme, slurm_cluster):
     urls += [
         reverse("logs-search") + "?q=hf",
         reverse("logs-search") + f"?q={VALUE}",
-        reverse("job-logs", kwargs={"pk": job.pk}) + "?stream=stderr",
+        reverse("job-output-logs", kwargs={"pk": job.pk}) + "?stream=stderr",
     ]
     seen = 0
     for role in ROLES:
@@ -121,7 +121,7 @@ def test_a_job_gets_its_secrets_and_nobody_reads_them_back(acme, slurm_cluster):
             assert VALUE not in body and WANDB not in body, (role, url)
             seen += response.status_code == 200
     assert seen > 100
-    masked = acme.client(Role.VIEWER).get(reverse("job-logs", kwargs={"pk": job.pk})).json()
+    masked = acme.client(Role.VIEWER).get(reverse("job-output-logs", kwargs={"pk": job.pk})).json()
     assert "plain=visible" in masked["data"] and "hf=" + "*" * len(VALUE) in masked["data"]
 
 

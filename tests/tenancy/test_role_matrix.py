@@ -330,8 +330,8 @@ def test_read_only_token_may_use_every_read_action_and_no_write_action(acme, clu
     )
     client = bearer_client(plaintext)
     for url in (
-        reverse("job-logs", kwargs={"pk": job.pk}),
-        reverse("job-metrics", kwargs={"pk": job.pk}),
+        reverse("job-output-logs", kwargs={"pk": job.pk}),
+        reverse("job-output-metrics", kwargs={"pk": job.pk}),
         reverse("failure-signature-stats"),
         reverse("usage-export"),
     ):

@@ -336,13 +336,13 @@ def test_other_tenant_gets_404_on_every_custom_action(acme, globex, cluster):
     """The custom object actions (cancel, restart, logs, metrics) on acme's job: 404, never 403."""
     job = make_job(project=acme.project, user=acme.users[Role.MEMBER], cluster=cluster)
     intruder = globex.client(Role.OWNER)
-    for action, method in [
-        ("cancel", "post"),
-        ("restart", "post"),
-        ("logs", "get"),
-        ("metrics", "get"),
+    for name, method in [
+        ("job-cancel", "post"),
+        ("job-restart", "post"),
+        ("job-output-logs", "get"),  # served by logs on the jobs' prefix
+        ("job-output-metrics", "get"),
     ]:
-        response = getattr(intruder, method)(reverse(f"job-{action}", kwargs={"pk": job.pk}))
-        assert response.status_code == 404, (action, response.status_code)
+        response = getattr(intruder, method)(reverse(name, kwargs={"pk": job.pk}))
+        assert response.status_code == 404, (name, response.status_code)
     job.refresh_from_db()
     assert job.state == "PENDING" and not job.cancel_requested

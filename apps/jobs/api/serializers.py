@@ -5,9 +5,6 @@ from rest_framework import serializers
 from apps.core.api.serializers import RenderableJSONField
 from apps.jobs.models import DatasetStage, Job, JobAttempt, JobEvent
 
-MAX_INT = 2**31 - 1  # PostgreSQL's integer, bigint
-MAX_BIGINT = 2**63 - 1
-
 
 class JobEventSerializer(serializers.ModelSerializer):
     attempt = serializers.IntegerField(source="attempt.number", default=None, read_only=True)
@@ -90,7 +87,7 @@ class JobSerializer(serializers.ModelSerializer):
     project_slug = serializers.CharField(source="project.slug", read_only=True)
     user = serializers.CharField(source="user.username", read_only=True)
     cluster = serializers.CharField(source="cluster.name", default=None, read_only=True)
-    # annotated by the list (JobViewSet.get_queryset, one subquery); a job just created has none
+    # annotated by the list (JobViewSet.get_queryset: logs' subquery, apps/jobs/extras.py)
     signatures = serializers.ListField(
         child=serializers.CharField(),
         source="signature_names",
@@ -144,28 +141,12 @@ class JobDetailSerializer(JobSerializer):
 
     def get_signatures(self, obj) -> list[str]:
         """Failure signatures the job's failed attempts matched."""
-        names = getattr(obj, "signature_names", None)  # annotated by JobViewSet's retrieve
+        names = getattr(obj, "signature_names", None)  # annotated by JobViewSet's retrieve (extras)
         return sorted(names) if names is not None else _signature_names(obj)
 
 
 def _signature_names(job) -> list[str]:
     return sorted({m.signature.name for m in job.signature_matches.select_related("signature")})
-
-
-class LogQuerySerializer(serializers.Serializer):
-    attempt = serializers.IntegerField(min_value=1, max_value=MAX_INT, required=False)
-    stream = serializers.ChoiceField(choices=["stdout", "stderr"], default="stdout")
-    offset = serializers.IntegerField(min_value=0, max_value=MAX_BIGINT, default=0)
-    limit = serializers.IntegerField(min_value=1, max_value=1024 * 1024, default=65536)
-
-
-class LogChunkSerializer(serializers.Serializer):
-    attempt = serializers.IntegerField(allow_null=True)
-    stream = serializers.CharField()
-    offset = serializers.IntegerField()
-    next_offset = serializers.IntegerField()
-    data = serializers.CharField()
-    complete = serializers.BooleanField(help_text="The attempt has ended and all was read.")
 
 
 class JobBatchSerializer(serializers.Serializer):
@@ -186,24 +167,6 @@ class JobBatchSerializer(serializers.Serializer):
 
 class JobBatchResultSerializer(serializers.Serializer):
     results = JobSerializer(many=True)
-
-
-class MetricQuerySerializer(serializers.Serializer):
-    metric = serializers.RegexField(r"^[A-Za-z0-9_./,-]{0,1000}$", required=False)
-    since_step = serializers.IntegerField(
-        required=False, min_value=-MAX_BIGINT, max_value=MAX_BIGINT
-    )
-
-
-class MetricPointSerializer(serializers.Serializer):
-    step = serializers.IntegerField()
-    value = serializers.FloatField()
-    timestamp = serializers.DateTimeField()
-    attempt = serializers.IntegerField()
-
-
-class MetricSeriesSerializer(serializers.Serializer):
-    series = serializers.DictField(child=MetricPointSerializer(many=True))
 
 
 class NodeCacheSerializer(serializers.Serializer):

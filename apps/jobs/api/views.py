@@ -1,7 +1,6 @@
 """Job endpoints: submit (JSON or YAML), list with filters, detail, cancel, restart."""
 
-from django.contrib.postgres.expressions import ArraySubquery
-from django.db.models import OuterRef, Prefetch
+from django.db.models import Prefetch
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status
@@ -11,7 +10,7 @@ from rest_framework.response import Response
 
 from apps.core.api.parsers import JSONParser, YAMLParser
 from apps.core.api.validation import validated
-from apps.jobs import services
+from apps.jobs import extras, services
 from apps.jobs.api import render
 from apps.jobs.api.filters import JobFilter
 from apps.jobs.api.serializers import (
@@ -19,17 +18,11 @@ from apps.jobs.api.serializers import (
     JobBatchSerializer,
     JobDetailSerializer,
     JobSerializer,
-    LogChunkSerializer,
-    LogQuerySerializer,
-    MetricQuerySerializer,
-    MetricSeriesSerializer,
     NodeCacheSerializer,
 )
 from apps.jobs.models import Job, JobEvent
-from apps.jobs.selectors import node_cache_summary, read_log_chunk
+from apps.jobs.selectors import node_cache_summary
 from apps.jobs.spec import JobSpecSerializer
-from apps.logs.models import SignatureMatch
-from apps.logs.selectors import job_metric_series
 from apps.tenancy.api.viewsets import TenantScopedViewSet
 
 
@@ -44,14 +37,8 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedV
 
     def get_queryset(self):
         queryset = super().get_queryset()
-        if self.action in ("list", "retrieve"):  # the failure signatures: a subquery, not N+1
-            names = (
-                SignatureMatch.objects.filter(job_id=OuterRef("pk"))
-                .values_list("signature__name", flat=True)
-                .distinct()
-                .order_by("signature__name")
-            )
-            queryset = queryset.annotate(signature_names=ArraySubquery(names))
+        if self.action in ("list", "retrieve") and (added := extras.annotations()):
+            queryset = queryset.annotate(**added)  # the failure signatures: a subquery, not N+1
         if self.action == "retrieve":  # a pipeline polls this: 5 statements (test_query_counts)
             queryset = queryset.prefetch_related(
                 "attempts__dataset_versions__dataset",
@@ -122,59 +109,6 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedV
     def cancel(self, request, pk=None):
         job = services.job_cancel(actor=self.actor, job=self.get_object())
         return Response(JobDetailSerializer(job).data)
-
-    @extend_schema(
-        parameters=[
-            OpenApiParameter(
-                "attempt",
-                {"type": "integer", "minimum": 1, "maximum": 2**31 - 1},
-                description="default: the latest",
-            ),
-            OpenApiParameter("stream", OpenApiTypes.STR, enum=["stdout", "stderr"]),
-            OpenApiParameter(
-                "offset",
-                {"type": "integer", "minimum": 0, "maximum": 2**63 - 1},
-                description="byte offset to read from",
-            ),
-            OpenApiParameter(
-                "limit",
-                {"type": "integer", "minimum": 1, "maximum": 1024 * 1024},
-                description="bytes, at most 1 MiB",
-            ),
-        ],
-        responses=LogChunkSerializer,
-    )
-    @action(detail=True, methods=["get"], policy_action="logs")
-    def logs(self, request, pk=None):
-        """A chunk of an attempt's output file; poll with `next_offset` to follow it."""
-        job = self.get_object()
-        params = LogQuerySerializer(data=request.query_params)
-        params.is_valid(raise_exception=True)
-        chunk = read_log_chunk(job=job, **params.validated_data)
-        return Response(chunk)
-
-    @extend_schema(
-        parameters=[
-            OpenApiParameter("metric", OpenApiTypes.STR, description="names, comma separated"),
-            OpenApiParameter(
-                "since_step",
-                {"type": "integer", "minimum": -(2**63 - 1), "maximum": 2**63 - 1},
-                description="only later steps",
-            ),
-        ],
-        responses=MetricSeriesSerializer,
-    )
-    @action(detail=True, methods=["get"], policy_action="metrics")
-    def metrics(self, request, pk=None):
-        """The training metrics the job reported, as series for charts."""
-        job = self.get_object()
-        params = MetricQuerySerializer(data=request.query_params)
-        params.is_valid(raise_exception=True)
-        names = [n for n in params.validated_data.get("metric", "").split(",") if n]
-        series = job_metric_series(
-            job=job, names=names or None, since_step=params.validated_data.get("since_step")
-        )
-        return Response({"series": series})
 
     @extend_schema(request=None, responses=JobDetailSerializer)
     @action(detail=True, methods=["post"], policy_action="restart")

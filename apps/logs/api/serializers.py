@@ -1,9 +1,13 @@
-"""Log search parameters (validated field by field) and the response shapes (for OpenAPI)."""
+"""Log search parameters (validated field by field), a job's log chunk and metric queries, and
+the response shapes (for OpenAPI)."""
 
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from apps.logs.search import INTERVAL_RE, LEVELS, MAX_CONTEXT, MAX_SIZE, STREAMS
+
+MAX_INT = 2**31 - 1  # PostgreSQL's integer, bigint
+MAX_BIGINT = 2**63 - 1
 
 
 @extend_schema_field({"type": "string", "maxLength": 200})
@@ -117,3 +121,37 @@ class LogContextSerializer(serializers.Serializer):
     hit = LogLineSerializer()
     before = LogLineSerializer(many=True, help_text="Earlier lines of the stream, in order.")
     after = LogLineSerializer(many=True, help_text="Later lines of the stream, in order.")
+
+
+class LogQuerySerializer(serializers.Serializer):
+    attempt = serializers.IntegerField(min_value=1, max_value=MAX_INT, required=False)
+    stream = serializers.ChoiceField(choices=["stdout", "stderr"], default="stdout")
+    offset = serializers.IntegerField(min_value=0, max_value=MAX_BIGINT, default=0)
+    limit = serializers.IntegerField(min_value=1, max_value=1024 * 1024, default=65536)
+
+
+class LogChunkSerializer(serializers.Serializer):
+    attempt = serializers.IntegerField(allow_null=True)
+    stream = serializers.CharField()
+    offset = serializers.IntegerField()
+    next_offset = serializers.IntegerField()
+    data = serializers.CharField()
+    complete = serializers.BooleanField(help_text="The attempt has ended and all was read.")
+
+
+class MetricQuerySerializer(serializers.Serializer):
+    metric = serializers.RegexField(r"^[A-Za-z0-9_./,-]{0,1000}$", required=False)
+    since_step = serializers.IntegerField(
+        required=False, min_value=-MAX_BIGINT, max_value=MAX_BIGINT
+    )
+
+
+class MetricPointSerializer(serializers.Serializer):
+    step = serializers.IntegerField()
+    value = serializers.FloatField()
+    timestamp = serializers.DateTimeField()
+    attempt = serializers.IntegerField()
+
+
+class MetricSeriesSerializer(serializers.Serializer):
+    series = serializers.DictField(child=MetricPointSerializer(many=True))

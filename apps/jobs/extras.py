@@ -1,0 +1,47 @@
+"""What apps above jobs add to jobs without jobs importing them, registered from their
+AppConfig.ready() (logs registers all three): announcers of committed state changes (the
+live viewers), annotations of the API's job rows (the failure signatures matched) and a job's
+latest metrics (for a model version registered from the job)."""
+
+from collections.abc import Callable
+from typing import Any
+
+_announcers: dict[str, Callable[..., None]] = {}
+_annotations: dict[str, Callable[[], Any]] = {}
+_latest_metrics: dict[str, Callable[..., dict]] = {}
+
+
+def _name(fn: Callable) -> str:
+    return f"{fn.__module__}.{fn.__qualname__}"  # a second ready() registers nothing twice
+
+
+def announcer_register(announce: Callable[..., None]) -> None:
+    """`announce(events=[JobEvent, ...])` runs after each commit that changed jobs' states."""
+    _announcers[_name(announce)] = announce
+
+
+def announce(*, events: list) -> None:
+    for announcer in list(_announcers.values()):
+        announcer(events=events)
+
+
+def annotation_register(*, name: str, expression: Callable[[], Any]) -> None:
+    """The API's job list and detail rows are annotated with `name=expression()` (a query
+    expression over the job's OuterRef("pk"), so no query per row)."""
+    _annotations[name] = expression
+
+
+def annotations() -> dict[str, Any]:
+    return {name: make() for name, make in _annotations.items()}
+
+
+def latest_metrics_register(read: Callable[..., dict]) -> None:
+    """`read(job=job)` gives {metric name: its last value} for a job."""
+    _latest_metrics[_name(read)] = read
+
+
+def latest_metrics(*, job) -> dict:
+    metrics: dict = {}
+    for read in list(_latest_metrics.values()):
+        metrics.update(read(job=job))
+    return metrics
