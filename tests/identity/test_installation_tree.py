@@ -11,8 +11,7 @@ LIB = Path(__file__).resolve().parents[2] / "platform" / "services" / "lib.sh"
 def claim(var: Path, root: Path, *, new: bool) -> str:
     """Run the helper's claim on `root` for the installation whose .var is `var`; its log."""
     script = (
-        f'source "{LIB}"; id=$(torus_installation_id); '
-        f'torus_claim_tree "{root}" "$id" {int(new)}'
+        f'source "{LIB}"; id=$(torus_installation_id); torus_claim_tree "{root}" "$id" {int(new)}'
     )
     done = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", script],
@@ -46,9 +45,11 @@ def test_a_tree_of_another_installation_is_moved_aside_whole(tmp_path):
     assert "held an earlier installation's tree" in log and str(moved) in log
     assert not root.exists()  # the helper makes it again, empty
     mark = Path(f"{root}.torus-installation").read_text().strip()
-    assert mark == (second / "installation-id").read_text().strip() != (
-        first / "installation-id"
-    ).read_text().strip()
+    assert (
+        mark
+        == (second / "installation-id").read_text().strip()
+        != (first / "installation-id").read_text().strip()
+    )
 
 
 def test_an_unmarked_tree_found_by_a_new_installation_is_moved_aside(tmp_path):
