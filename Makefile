@@ -22,7 +22,7 @@ ifneq ($(filter-out 1,$(or $(TORUS_SCALE),1)),)
 export TORUS_ES_NODES ?= 3
 endif
 
-.PHONY: help up down test test-lanes test-parallel test-serial test-quick lint bench services migrate static seed venv examples-venv engines ui ui-test \
+.PHONY: help up down test test-lanes test-parallel test-serial test-quick lint bench services migrate static seed venv examples-venv engines ui ui-test prometheus \
 	backup restore
 
 help:
@@ -189,9 +189,14 @@ endef
 # with its wall time (docs/ARCHITECTURE.md, Tests in lanes). Every test runs in one of them.
 test: lint ui-test test-lanes
 
-test-lanes: venv examples-venv engines services static
+test-lanes: venv examples-venv engines services static prometheus
 	@rc=0; $(MAKE) --no-print-directory test-parallel || rc=1; \
 	$(MAKE) --no-print-directory test-serial || rc=1; exit $$rc
+
+# Prometheus and promtool (Debian's package) for tests/core/test_prometheus.py, which starts a
+# server of its own; the package's service is never started.
+prometheus:
+	bash -c 'source platform/services/lib.sh && torus_apt_install prometheus'
 
 test-parallel:
 	$(call lane,parallel,-n $(TEST_WORKERS) --dist loadgroup -m "not serial")

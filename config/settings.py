@@ -169,6 +169,11 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = TORUS_MAX_BODY_BYTES
 
 # /readyz waits this long (seconds) for a Celery worker to answer a ping.
 TORUS_READYZ_CELERY_TIMEOUT = env_int("TORUS_READYZ_CELERY_TIMEOUT", 1, minimum=1)
+# /metrics (apps/core/scrape.py): Prometheus sends this token (`authorization:
+# credentials_file:` in its scrape config); platform/services/up makes the file once.
+TORUS_METRICS_TOKEN_FILE = env_str(
+    "TORUS_METRICS_TOKEN_FILE", str(VAR_DIR / "secrets" / "metrics-token")
+)
 # The background builds' status files (scripts/builds, which `make up` starts).
 TORUS_BUILDS_DIR = VAR_DIR / "run" / "builds"
 

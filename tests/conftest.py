@@ -77,6 +77,7 @@ NEEDS_BY_FIXTURE = {
     "serving": {"tiny_gguf", "serving_area", "serving_loop", "engines", "run_engine"},
     "browser": {"built_ui", "browser_params"},
     "s3": {"s3", "s3_settings"},
+    "prometheus": {"prometheus"},
 }
 NEEDS_BY_PATH = {
     "tests/e2e/": {"browser"},
@@ -90,6 +91,7 @@ NEEDS_BY_PATH = {
     "tests/kubernetes/test_control_plane.py": {"kubernetes"},
     "tests/kubernetes/test_egress.py": {"kubernetes"},
     "tests/secrets/test_secrets_kubernetes.py": {"kubernetes"},
+    "tests/core/test_prometheus.py": {"prometheus"},  # promtool too
     "tests/compute/test_builds_script.py": {"serving"},  # runs the (cached) engine build
 }
 # A test that takes a fixture of one of these makes its names on it: they get the worker's

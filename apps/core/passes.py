@@ -24,7 +24,9 @@ from datetime import datetime
 from django.db import IntegrityError, transaction
 from django.db.models import Count, F, Sum
 from django.utils import timezone
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from apps.core import telemetry
 from apps.core.models import PassCounter, PassFailure
 
 logger = logging.getLogger(__name__)
@@ -201,8 +203,8 @@ def failures_open(*, pass_name: str | None = None) -> list[PassFailure]:
 
 def failure_totals() -> dict[str, dict[str, int]]:
     """{pass: {"failures": every failure counted (a counter), "failing": items failing now,
-    "in_a_row": their failures in a row}}: what issue 36's metrics endpoint exposes as
-    torus_pass_item_failures_total and torus_pass_items_failing."""
+    "in_a_row": their failures in a row}}: /metrics shows torus_pass_item_failures_total and
+    torus_pass_items_failing."""
     totals = {
         name: {"failures": failures, "failing": 0, "in_a_row": 0}
         for name, failures in PassCounter.objects.values_list("pass_name", "failures")
@@ -211,3 +213,16 @@ def failure_totals() -> dict[str, dict[str, int]]:
         entry = totals.setdefault(row["pass_name"], {"failures": 0, "failing": 0, "in_a_row": 0})
         entry["failing"], entry["in_a_row"] = row["n"], row["c"]
     return totals
+
+
+@telemetry.collector("passes")
+def _collect():
+    failures = CounterMetricFamily(
+        "torus_pass_item_failures", "Failures of a pass's items, every one counted", labels=["pass"]
+    )
+    failing = GaugeMetricFamily("torus_pass_items_failing", "Items failing now", labels=["pass"])
+    for name, entry in sorted(failure_totals().items()):
+        failures.add_metric([name], entry["failures"])
+        failing.add_metric([name], entry["failing"])
+    yield failures
+    yield failing

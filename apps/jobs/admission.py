@@ -31,6 +31,7 @@ from apps.jobs.cluster_limits import enforced_by_cluster
 from apps.jobs.models import AttemptState, Job, JobAttempt, JobEvent
 from apps.jobs.priority import order_key, starving
 from apps.jobs.states import ACTIVE, State
+from apps.jobs.telemetry import decided
 from apps.jobs.transitions import TRANSITION_FIELDS, events_record, transition_in_memory
 from apps.jobs.wake import request_dispatch
 from apps.quotas.models import Quota
@@ -193,7 +194,7 @@ def admit_tenant(*, tenant_id) -> list[Job]:
         )
         if not pending:
             return []
-        admitted, waiting = [], []
+        admitted, waiting, borrowed = [], [], 0
         if quotas:
             books = _books(tenant_id, now, quotas)
             recent = {}
@@ -205,6 +206,7 @@ def admit_tenant(*, tenant_id) -> list[Job]:
                 reason = blocking_reason(job, quotas, books)
                 if reason and room.fits(job) and not blocking_reason(job, lifted, books):
                     reason = ""  # borrows idle GPUs past the tenant's GPU quota
+                    borrowed += 1
                 if reason:
                     waiting.append((job, reason))
                     if starving(job, now=now) and not blocking_reason(job, quotas, Books()):
@@ -218,12 +220,18 @@ def admit_tenant(*, tenant_id) -> list[Job]:
             admitted = sorted(pending, key=lambda j: order_key(j, now=now))
         changed = []
         for position, (job, reason) in enumerate(waiting, start=1):
+            if job.state_reason != reason:
+                decided(tenant=job.tenant.slug, decision="held")
             if (job.state_reason, job.queue_position) != (reason, position):
                 job.state_reason, job.queue_position = reason, position
                 changed.append(job)
         if changed:
             bulk_update(changed, ["state_reason", "queue_position", "updated_at"])
         if admitted:
+            slug = admitted[0].tenant.slug
+            decided(tenant=slug, decision="admitted", count=len(admitted) - borrowed)
+            if borrowed:
+                decided(tenant=slug, decision="borrowed", count=borrowed)
             attempts = attempts_open(jobs=admitted)
             events = []
             for job, attempt in zip(admitted, attempts, strict=True):
@@ -247,6 +255,8 @@ def admit_submitted(*, jobs: list[Job]) -> tuple[list[JobAttempt], list[JobEvent
     clusters to dispatch. Other PENDING jobs of the tenant are left to their own admission
     (a restart's, the control pass's)."""
     attempts, _ = attempts_build(jobs=jobs, previous={})  # first attempts: no checkpoint yet
+    for slug in {job.tenant.slug for job in jobs}:
+        decided(tenant=slug, decision="admitted", count=sum(j.tenant.slug == slug for j in jobs))
     events = [
         transition_in_memory(job=job, to=State.QUEUED, reason="admitted", attempt=attempt)
         for job, attempt in zip(jobs, attempts, strict=True)

@@ -10,7 +10,7 @@ class JobsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from apps.jobs import lineage, submit_cache
+        from apps.jobs import lineage, submit_cache, telemetry  # noqa: F401  (its collector)
         from apps.jobs.admission import admit_tenant
         from apps.jobs.models import Job, JobAttempt
         from apps.jobs.services import project_jobs_stop

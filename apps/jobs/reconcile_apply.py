@@ -13,6 +13,7 @@ from apps.jobs.models import ATTEMPT_ENDED, AttemptState, Job, JobAttempt
 from apps.jobs.outputs import outputs_send
 from apps.jobs.staging import dataset_stages_record
 from apps.jobs.states import State
+from apps.jobs.telemetry import restarted
 from apps.jobs.transitions import job_transition
 from apps.quotas.services import usage_record
 
@@ -137,6 +138,7 @@ def _finish(
         failed = sorted(set(attempt.nodes) & down_nodes)
         job.restart_count += 1
         job.save(update_fields=["restart_count"])
+        restarted(cause=cause or "exit_code")
         new = attempt_open(job=job)
         new.excluded_nodes = sorted(set(new.excluded_nodes) | set(failed))
         new.not_before = now + timedelta(seconds=policy["backoff_seconds"])

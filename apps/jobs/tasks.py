@@ -14,6 +14,7 @@ from apps.jobs.admission import admit_tenant
 from apps.jobs.models import ATTEMPT_ENDED, Job, JobAttempt
 from apps.jobs.outputs import model_register
 from apps.jobs.states import TERMINAL, State
+from apps.jobs.telemetry import pass_timed
 from apps.jobs.wake import wanted_key
 from apps.tenancy.models import Tenant
 
@@ -77,13 +78,19 @@ def control_pass() -> None:
     for cluster_id, name in Cluster.objects.values_list("pk", "name"):
         # (no transaction around a pass: each commits its own steps, its claims first)
         failed = _cluster_failed(cluster_id)
-        with CONTROL.item(f"reconcile:{name}", on_failure=failed, atomic=False):
+        with (
+            CONTROL.item(f"reconcile:{name}", on_failure=failed, atomic=False),
+            pass_timed(step="reconcile", cluster=name),
+        ):
             reconcile_cluster(str(cluster_id))
-        with CONTROL.item(f"dispatch:{name}", atomic=False):
+        with (
+            CONTROL.item(f"dispatch:{name}", atomic=False),
+            pass_timed(step="dispatch", cluster=name),
+        ):
             dispatch_cluster(str(cluster_id))
     pending = Tenant.objects.filter(jobs__state=State.PENDING).distinct()
     for tenant_id, slug in pending.values_list("pk", "slug"):
-        with CONTROL.item(f"admit:{slug}", atomic=False):
+        with CONTROL.item(f"admit:{slug}", atomic=False), pass_timed(step="admit"):
             admit_tenant(tenant_id=tenant_id)
 
 

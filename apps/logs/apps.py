@@ -8,7 +8,7 @@ class LogsConfig(AppConfig):
 
     def ready(self) -> None:
         from apps.jobs import extras
-        from apps.logs import health  # noqa: F401  (registers the /readyz check)
+        from apps.logs import health, telemetry  # noqa: F401  (the /readyz check, its series)
         from apps.logs.live import publish_states
         from apps.logs.selectors import job_latest_metrics, job_signature_names
 

@@ -26,6 +26,7 @@ from redis.exceptions import RedisError
 from apps.compute.backends.base import ClusterUnavailable
 from apps.core.passes import Pass
 from apps.jobs.models import ATTEMPT_ENDED, JobAttempt
+from apps.logs import telemetry
 from apps.logs.es import client, index_name
 from apps.logs.index import template_install
 from apps.logs.live import publish_lines, publish_metrics, publish_stream_end
@@ -52,6 +53,7 @@ PARK_SECONDS, PARK_MAX_SECONDS = 1.0, 60.0
 class PassStats:
     documents: int = 0
     streams: int = 0
+    behind: int = 0  # streams not read to their end in this pass (parked, unavailable, long)
 
 
 def _active_attempts(*, shards: ShardLeases | None):
@@ -312,6 +314,7 @@ def ship_pass(*, shards: ShardLeases | None = None) -> PassStats:
     for attempt, stream, cursor in _active_attempts(shards=shards):
         key = f"{attempt.pk}:{stream}"
         if PASS.parked(key=key, base_seconds=PARK_SECONDS, max_seconds=PARK_MAX_SECONDS):
+            stats.behind += 1
             continue
         try:
             for _ in range(settings.TORUS_SHIPPER_READS_PER_PASS):  # no stream starves others
@@ -320,8 +323,11 @@ def ship_pass(*, shards: ShardLeases | None = None) -> PassStats:
                 if shipped == 0:
                     break
                 attempt.refresh_from_db(fields=["state"])
+            else:
+                stats.behind += 1
         except ClusterUnavailable as exc:  # its cluster's log source did not answer
             logger.warning("logs of attempt %s unavailable now: %s", attempt.pk, exc)
+            stats.behind += 1
             continue
         except (ApiError, TransportError, helpers.BulkIndexError):
             raise  # Elasticsearch's trouble, not the stream's: the loop waits and retries
@@ -335,6 +341,7 @@ def ship_pass(*, shards: ShardLeases | None = None) -> PassStats:
             continue
         except Exception as exc:  # a file this shipper may not read: parked, the others ship
             PASS.failed(key=key, error=exc)
+            stats.behind += 1
             continue
         PASS.succeeded(key=key)
         stats.streams += 1
@@ -373,9 +380,13 @@ def _loop(*, shards: ShardLeases, once: bool) -> None:
                 scan_pending()
                 next_scan = time.monotonic() + settings.TORUS_SIGNATURE_SCAN_INTERVAL
             backoff = settings.TORUS_SHIPPER_INTERVAL
+            if not stats.behind:
+                telemetry.caught_up(shards=held)
             if stats.documents:
+                telemetry.add(telemetry.SHIPPED, stats.documents)
                 logger.info("shipped %d documents from %d streams", stats.documents, stats.streams)
         except (ApiError, TransportError, helpers.BulkIndexError) as exc:
+            telemetry.add(telemetry.ES_ERRORS, error=type(exc).__name__)
             logger.warning("Elasticsearch unavailable (%s); retrying in %.1f s", exc, backoff)
             backoff = min(backoff * 2, 30.0)
         if once:

@@ -10,7 +10,7 @@ class ServingConfig(AppConfig):
     def ready(self) -> None:
         from apps.jobs.kinds import kind_register
         from apps.jobs.models import Kind
-        from apps.serving import routes
+        from apps.serving import routes, telemetry  # noqa: F401  (its series for /metrics)
         from apps.serving.models import Deployment, Replica
         from apps.serving.replicas import serve_environment, serve_prepare
         from apps.serving.services import deployment_revive, deployment_stop
