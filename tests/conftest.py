@@ -87,6 +87,10 @@ NEEDS_BY_PATH = {
     "tests/tenancy/test_directory_signin.py": {"ldap"},
     "tests/security/test_job_isolation.py": {"ldap"},
     "tests/identity/test_fresh_groups.py": {"ldap"},
+    # these make real groups in the directory: their worker's own names and gids
+    "tests/tenancy/test_member_leaving.py": {"ldap"},
+    "tests/datasets/test_storage.py": {"ldap"},
+    "tests/lifecycle/test_purge.py::test_the_migration_retires_orphaned_project_groups": {"ldap"},
     "tests/logs/test_search.py": {"elasticsearch"},
     "tests/kubernetes/test_control_plane.py": {"kubernetes"},
     "tests/kubernetes/test_egress.py": {"kubernetes"},

@@ -169,7 +169,7 @@ def _request_jobs(world, role, resource, action, cluster):
     if action == "read":
         return client.get(reverse("job-detail", kwargs={"pk": job.pk}))
     if action in ("logs", "metrics"):
-        return client.get(reverse(f"job-{action}", kwargs={"pk": job.pk}))
+        return client.get(reverse(f"job-output-{action}", kwargs={"pk": job.pk}))  # logs' viewset
     return client.post(reverse(f"job-{action}", kwargs={"pk": job.pk}))
 
 
