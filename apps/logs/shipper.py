@@ -383,10 +383,10 @@ def _loop(*, shards: ShardLeases, once: bool) -> None:
             if not stats.behind:
                 telemetry.caught_up(shards=held)
             if stats.documents:
-                telemetry.add(telemetry.SHIPPED, stats.documents)
+                telemetry.shipped(documents=stats.documents)
                 logger.info("shipped %d documents from %d streams", stats.documents, stats.streams)
         except (ApiError, TransportError, helpers.BulkIndexError) as exc:
-            telemetry.add(telemetry.ES_ERRORS, error=type(exc).__name__)
+            telemetry.elasticsearch_failed(error=exc)
             logger.warning("Elasticsearch unavailable (%s); retrying in %.1f s", exc, backoff)
             backoff = min(backoff * 2, 30.0)
         if once:

@@ -19,6 +19,14 @@ ES_ERRORS = telemetry.counter(
 )
 
 
+def shipped(*, documents: int) -> None:
+    telemetry.add(SHIPPED, documents)
+
+
+def elasticsearch_failed(*, error: BaseException) -> None:
+    telemetry.add(ES_ERRORS, error=type(error).__name__)
+
+
 def caught_up(*, shards) -> None:
     """A shipper read every stream of these shards to its end in this pass."""
     for shard in shards:
