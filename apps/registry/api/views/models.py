@@ -83,8 +83,10 @@ class RegisteredModelViewSet(
     def partial_update(self, request, *args, **kwargs):
         model = self.get_object()
         # JSON only: the view's other parsers are for version uploads, and a form's body
-        # that is not an object would otherwise change nothing and answer 200
-        if request.content_type.split(";")[0].strip() != "application/json":
+        # that is not an object would otherwise change nothing and answer 200 (no body at
+        # all, and so no content type, changes nothing: 200)
+        kind = request.content_type.split(";")[0].strip()
+        if kind and kind != "application/json":
             raise UnsupportedMediaType(request.content_type)
         serializer = ModelUpdateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
