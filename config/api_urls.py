@@ -8,6 +8,7 @@ from apps.datasets.api.urls import register as register_datasets
 from apps.jobs.api.urls import register as register_jobs
 from apps.lifecycle.api.urls import register as register_lifecycle
 from apps.logs.api.urls import register as register_logs
+from apps.notifications.api.urls import register as register_notifications
 from apps.quotas.api.history import UsageHistoryView
 from apps.quotas.api.urls import register as register_quotas
 from apps.quotas.api.views import UsageExportView, UsageView
@@ -29,6 +30,7 @@ register_serving(router)
 register_secrets(router)
 register_lifecycle(router)
 register_logs(router)
+register_notifications(router)
 
 urlpatterns = [
     path("auth/csrf", CsrfView.as_view(), name="auth-csrf"),

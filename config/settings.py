@@ -54,6 +54,7 @@ INSTALLED_APPS = [
     "apps.serving",
     "apps.secrets",
     "apps.lifecycle",
+    "apps.notifications",
 ]
 
 MIDDLEWARE = [
@@ -327,6 +328,13 @@ CELERY_BEAT_SCHEDULE["registry-webhook-sweep"] = {
     "schedule": 60.0,
 }
 
+# Notifications (docs/notifications.md): a person gets at most one message per job a minute
+# and, past this many messages in an hour, one digest at the hour's end; a message that cannot
+# be sent is tried with backoff for this many hours. The sweep sends what is due.
+TORUS_NOTIFY_HOURLY_LIMIT = env_int("TORUS_NOTIFY_HOURLY_LIMIT", 20, minimum=1)
+TORUS_NOTIFY_RETRY_HOURS = env_int("TORUS_NOTIFY_RETRY_HOURS", 24, minimum=0)
+CELERY_BEAT_SCHEDULE["notifications-sweep"] = {"task": "notifications.sweep", "schedule": 5.0}
+
 # Model deployments (docs/serving.md): the reconciler's period; a READY replica is replaced
 # after this many failed /health probes in a row, a starting one when not ready this long
 # after its job started; a draining one is stopped at the latest after the drain timeout;
@@ -406,6 +414,9 @@ SPECTACULAR_SETTINGS = {
         "KvCacheTypeEnum": "apps.serving.models.KvCacheType",
         "EstimateKvCacheTypeEnum": "apps.compute.fit.KV_TYPE_NAMES",
         "PurgeKindEnum": "apps.lifecycle.models.Kind",
+        "EventsEnum": "apps.registry.models.WebhookEvent",  # the webhooks' (the name it had)
+        "NotificationEventEnum": "apps.notifications.models.Event",
+        "NotificationChannelEnum": "apps.notifications.models.Channel",
     },
 }
 

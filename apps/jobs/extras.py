@@ -3,8 +3,11 @@ AppConfig.ready() (logs registers all three): announcers of committed state chan
 live viewers), annotations of the API's job rows (the failure signatures matched) and a job's
 latest metrics (for a model version registered from the job)."""
 
+import logging
 from collections.abc import Callable
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 _announcers: dict[str, Callable[..., None]] = {}
 _annotations: dict[str, Callable[[], Any]] = {}
@@ -21,8 +24,13 @@ def announcer_register(announce: Callable[..., None]) -> None:
 
 
 def announce(*, events: list) -> None:
-    for announcer in list(_announcers.values()):
-        announcer(events=events)
+    """Each announcer in turn, after the commit: one that raises is logged and the others
+    still run (the states are committed; only that announcement is lost)."""
+    for name, announcer in list(_announcers.items()):
+        try:
+            announcer(events=events)
+        except Exception:
+            logger.exception("announcer %s failed on %d state changes", name, len(events))
 
 
 def annotation_register(*, name: str, expression: Callable[[], Any]) -> None:

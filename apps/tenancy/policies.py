@@ -105,6 +105,10 @@ MATRIX: dict[tuple[str, str], Role] = {
     ("secret", "read"): Role.VIEWER,
     ("secret", "update"): Role.MEMBER,
     ("secret", "delete"): Role.MEMBER,
+    # Notification subscriptions: everyone makes, reads and removes their own (ROW_FILTERS).
+    ("subscription", "read"): Role.VIEWER,
+    ("subscription", "create"): Role.VIEWER,
+    ("subscription", "delete"): Role.VIEWER,
 }
 
 # Actions that only read: the only ones a read-only token may do.
@@ -254,7 +258,10 @@ def writes_datasets_in_project(actor: Actor, target) -> bool:
 
 
 # Resources whose rows are narrower than the tenant: resource -> Q over the rows.
-ROW_FILTERS: dict[str, Callable[[Actor], Q]] = {"token": token_rows}
+ROW_FILTERS: dict[str, Callable[[Actor], Q]] = {
+    "token": token_rows,
+    "subscription": lambda actor: Q(user_id=actor.user.pk),  # one's own only, even an owner
+}
 
 
 # -- the decision ------------------------------------------------------------------------------

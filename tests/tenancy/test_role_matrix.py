@@ -75,6 +75,8 @@ def _request(world, role, resource, action, cluster=None):
         job = make_job(project=project, user=world.users[role], cluster=cluster)
         attempt = attempt_open(job=job)
         return client.get(reverse("logs-context"), {"id": f"{attempt.pk}:stdout:0"})
+    if resource == "subscription":
+        return _request_subscription(world, role, action)
     if resource == "failure-signature":
         from apps.logs.models import FailureSignature
 
@@ -120,6 +122,21 @@ def _request(world, role, resource, action, cluster=None):
         case (_, "delete"):
             return client.delete(url)
     raise AssertionError(f"no request for {resource}/{action}")
+
+
+def _request_subscription(world, role, action):
+    """Everyone's own notification subscriptions: read, create, delete."""
+    from apps.notifications.models import Subscription
+
+    client = world.client(role)
+    body = {"events": ["failed"], "channel": "email", "address": f"{role}@example.org"}
+    if action == "create":
+        return client.post(reverse("subscription-list"), body, format="json")
+    own = Subscription.objects.create(
+        tenant=world.tenant, user=world.users[role], **{**body, "events": ["failed"]}
+    )
+    url = reverse("subscription-detail", kwargs={"pk": own.pk})
+    return client.get(url) if action == "read" else client.delete(url)
 
 
 def _request_lifecycle(world, role, resource, action):
@@ -213,6 +230,7 @@ def test_matrix_covers_every_resource_and_verb():
         "webhook",
         "deployment",
         "secret",
+        "subscription",
     }
 
 

@@ -12,6 +12,7 @@ from apps.compute.models import AcceleratorType
 from apps.datasets.models import Dataset, DatasetVersion
 from apps.jobs.models import Job, JobEvent
 from apps.logs.models import FailureSignature
+from apps.notifications.models import Subscription
 from apps.quotas.models import Quota
 from apps.registry.models import ModelVersion, RegisteredModel, Webhook
 from apps.secrets import crypto
@@ -130,6 +131,13 @@ def acme_objects(acme, cluster) -> dict:
             secret="s" * 32,
         ),
         "job": job,
+        "subscription": Subscription.objects.create(
+            tenant=acme.tenant,
+            user=acme.users[Role.MEMBER],
+            events=["failed"],
+            channel="email",
+            address="member@acme.example",
+        ),
         "failure-signature": FailureSignature.objects.create(
             tenant=acme.tenant, name="acme-oom", query="out of memory"
         ),

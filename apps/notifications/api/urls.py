@@ -1,0 +1,7 @@
+from rest_framework.routers import SimpleRouter
+
+from apps.notifications.api import views
+
+
+def register(router: SimpleRouter) -> None:
+    router.register("subscriptions", views.SubscriptionViewSet, basename="subscription")

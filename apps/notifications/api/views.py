@@ -1,0 +1,64 @@
+"""/api/v1/subscriptions/: a person's notification subscriptions (their own only): list,
+read, create, delete."""
+
+from django.http import Http404
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status
+from rest_framework.response import Response
+
+from apps.core.api.validation import validated
+from apps.jobs.models import Job
+from apps.notifications import services
+from apps.notifications.api.serializers import (
+    SubscriptionCreatedSerializer,
+    SubscriptionCreateSerializer,
+    SubscriptionSerializer,
+)
+from apps.notifications.models import Subscription
+from apps.tenancy.api.viewsets import TenantScopedViewSet
+from apps.tenancy.models import Project
+
+
+class SubscriptionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet):
+    resource = "subscription"
+    queryset = Subscription.objects.all()
+    serializer_class = SubscriptionSerializer
+    ordering_fields = ["created_at"]
+
+    @extend_schema(
+        request=SubscriptionCreateSerializer, responses={201: SubscriptionCreatedSerializer}
+    )
+    def create(self, request, *args, **kwargs):
+        body = validated(SubscriptionCreateSerializer, request.data)
+        tenant = self.write_scope
+        project = job = None
+        if body.get("project"):
+            project = (
+                Project.objects.visible_to(self.actor)
+                .filter(pk=body["project"], tenant=tenant)
+                .first()
+            )
+            if project is None:
+                raise Http404("Project not found.")
+        if body.get("job"):
+            job = Job.objects.visible_to(self.actor).filter(pk=body["job"], tenant=tenant).first()
+            if job is None:
+                raise Http404("Job not found.")
+        subscription, secret = services.subscription_create(
+            actor=self.actor,
+            tenant=tenant,
+            events=body["events"],
+            channel=body["channel"],
+            address=body["address"],
+            project=project,
+            job=job,
+        )
+        subscription.secret = secret
+        return Response(
+            SubscriptionCreatedSerializer(subscription).data, status=status.HTTP_201_CREATED
+        )
+
+    @extend_schema(responses={204: None})
+    def destroy(self, request, *args, **kwargs):
+        services.subscription_delete(actor=self.actor, subscription=self.get_object())
+        return Response(status=status.HTTP_204_NO_CONTENT)

@@ -1,0 +1,117 @@
+"""Jobs' state changes become notifications: the announcer jobs calls after each commit
+(apps/jobs/extras.py) finds the subscriptions that want each change and adds it to a pending
+notification, one per subscription and job: changes within a minute of the last message about
+that job go into one message, and a person past TORUS_NOTIFY_HOURLY_LIMIT messages in an hour
+gets the rest in one digest at the end of that hour."""
+
+from datetime import timedelta
+
+from celery import current_app
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from apps.jobs.models import JobEvent
+from apps.jobs.states import State
+from apps.notifications.models import Event, Notification, NotificationState, Subscription
+
+EVENT_OF_STATE = {
+    State.RUNNING: Event.STARTED,
+    State.SUCCEEDED: Event.SUCCEEDED,
+    State.FAILED: Event.FAILED,
+    State.TIMEOUT: Event.FAILED,
+    State.RESTARTING: Event.RESTARTING,
+    State.CANCELLED: Event.CANCELLED,
+}
+MESSAGE_GAP = timedelta(minutes=1)  # at most one message per job per minute to a person
+HOUR = timedelta(hours=1)
+
+
+def job_events_notify(*, events: list[JobEvent]) -> None:
+    """The announcer: called once the state changes are committed (a failure here is logged by
+    the caller's on-commit machinery and loses only notifications, never a state)."""
+    wanted = [(e, EVENT_OF_STATE[e.to_state]) for e in events if e.to_state in EVENT_OF_STATE]
+    if not wanted:
+        return
+    jobs = {e.job_id: e.job for e, _ in wanted}
+    scope = Q(job_id__in=list(jobs)) | Q(
+        job=None, project_id__in={j.project_id for j in jobs.values()}
+    )
+    scope |= Q(job=None, project=None, user_id__in={j.user_id for j in jobs.values()})
+    subscriptions = list(
+        Subscription.objects.filter(scope, tenant_id__in={j.tenant_id for j in jobs.values()})
+    )
+    if not subscriptions:
+        return
+    made = []
+    for event, kind in wanted:
+        job = jobs[event.job_id]
+        for subscription in subscriptions:
+            if kind in subscription.events and _covers(subscription, job):
+                made.append(_add(subscription=subscription, job=job, event=event, kind=kind))
+    for pk in {pk for pk in made if pk}:
+        current_app.send_task("notifications.deliver", args=[str(pk)])
+
+
+def _covers(subscription: Subscription, job) -> bool:
+    if subscription.job_id:
+        return subscription.job_id == job.pk
+    if subscription.project_id:
+        return subscription.project_id == job.project_id
+    return subscription.user_id == job.user_id
+
+
+def item_of(*, event: JobEvent, kind: str, job) -> dict:
+    return {
+        "event": kind,
+        "event_id": str(event.pk),
+        "job": str(job.pk),
+        "name": job.name,
+        "project": job.project.slug,
+        "state": event.to_state,
+        "reason": event.reason,
+        "at": event.created_at.isoformat() if event.created_at else timezone.now().isoformat(),
+    }
+
+
+def _add(*, subscription: Subscription, job, event: JobEvent, kind: str):
+    """The change as an item of the subscription's pending message about this job (or of its
+    digest); a new message when there is none. Returns the notification's id."""
+    now = timezone.now()
+    item = item_of(event=event, kind=kind, job=job)
+    sent = Notification.objects.filter(subscription=subscription, state=NotificationState.SENT)
+    hour = list(sent.filter(sent_at__gte=now - HOUR).order_by("sent_at").values_list("sent_at"))
+    digest = len(hour) >= settings.TORUS_NOTIFY_HOURLY_LIMIT
+    with transaction.atomic():
+        pending = (
+            Notification.objects.select_for_update()
+            .filter(subscription=subscription, state=NotificationState.PENDING, digest=digest)
+            .filter(Q(digest=True) | Q(job=job))
+            .first()
+        )
+        if pending is not None:
+            if all(i["event_id"] != item["event_id"] for i in pending.items):
+                pending.items = [*pending.items, item]
+                pending.save(update_fields=["items", "updated_at"])
+            return pending.pk
+        if digest:
+            not_before = hour[0][0] + HOUR  # the end of the hour the limit was reached in
+        else:
+            last = sent.filter(job=job).order_by("-sent_at").values_list("sent_at", flat=True)
+            last = last.first()
+            not_before = max(now, last + MESSAGE_GAP) if last else now
+        key = f"{subscription.pk.hex[:16]}-{'digest' if digest else 'job'}-{event.pk.hex}"
+        try:
+            with transaction.atomic():
+                made = Notification.objects.create(
+                    subscription=subscription,
+                    job=None if digest else job,
+                    digest=digest,
+                    items=[item],
+                    key=key,
+                    not_before=not_before,
+                )
+        except IntegrityError:  # this change was announced twice: it is in that message
+            return None
+    return made.pk
