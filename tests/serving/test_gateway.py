@@ -381,6 +381,11 @@ def test_a_request_sent_to_a_dead_replica_is_retried_on_another(acme, engines, a
     assert "refused" in first.error
     dead.refresh_from_db()
     assert dead.state == ReplicaState.UNHEALTHY
-    route = json.loads(routes.redis_client().get(routes.ROUTE.format(deployment.pk)))
-    assert [r["id"] for r in route["replicas"]] == [str(live.pk)]
+
+    def routed() -> list[str]:  # republished just after that commit, by the reporting thread
+        route = json.loads(routes.redis_client().get(routes.ROUTE.format(deployment.pk)))
+        return [r["id"] for r in route["replicas"]]
+
+    until(lambda: routed() == [str(live.pk)], what="the dead replica out of the route",
+          timeout=10, explain=routed)  # fmt: skip
     assert routes.inflight(replica_id=live.pk) == 100  # every request counted out again
