@@ -13,14 +13,14 @@ from pathlib import Path
 
 import httpx
 import pytest
-from django.urls import reverse
 
 from apps.core import telemetry
 from apps.jobs.telemetry import pass_timed
 from apps.quotas.models import Quota
 from apps.tenancy.models import Role
-from scripts.devstack import free_port
+from scripts.devstack import answers, free_port
 from tests.conftest import make_world
+from tests.jobs.test_admission import post
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 SCRAPE_LABELS = ("__name__", "job", "instance")  # on every series Prometheus returns
@@ -33,18 +33,6 @@ def scrape_token(settings, tmp_path) -> Path:
     path.write_text(secrets.token_urlsafe(24) + "\n")
     settings.TORUS_METRICS_TOKEN_FILE = str(path)
     return path
-
-
-def _post(world, *, gpus: int) -> dict:
-    body = {
-        "project": str(world.project.id),
-        "name": "m",
-        "command": ["true"],
-        "resources": {"gpus_per_node": gpus},
-    }
-    response = world.client(Role.MEMBER).post(reverse("job-list"), body, format="json")
-    assert response.status_code == 201, response.content
-    return response.json()
 
 
 @pytest.fixture
@@ -74,12 +62,7 @@ def prometheus(tmp_path, asgi_server, scrape_token):
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{base}/-/ready", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
+        while not answers(f"{base}/-/ready"):
             assert server.poll() is None and time.monotonic() < deadline, (
                 tmp_path / "prometheus.log"
             ).read_text()[-2000:]
@@ -113,10 +96,10 @@ def test_prometheus_scrapes_the_queue_and_admissions(prometheus, cluster):
     held = make_world(f"m{uuid.uuid4().hex[:7]}")
     free = make_world(f"m{uuid.uuid4().hex[:7]}")
     Quota.objects.create(tenant=held.tenant, gpus=1)
-    assert _post(held, gpus=1)["state"] == "QUEUED"
-    waiting = _post(held, gpus=1)
+    assert post(held, Role.MEMBER, held.project, gpus=1)["state"] == "QUEUED"
+    waiting = post(held, Role.MEMBER, held.project, gpus=1)
     assert waiting["state"] == "PENDING"  # over its tenant's GPU quota
-    assert _post(free, gpus=0)["state"] == "QUEUED"
+    assert post(free, Role.MEMBER, free.project, gpus=0)["state"] == "QUEUED"
     with pass_timed(step="admit"):
         pass
     slug_held, slug_free = held.tenant.slug, free.tenant.slug
@@ -155,7 +138,7 @@ def test_prometheus_scrapes_the_queue_and_admissions(prometheus, cluster):
 def test_metrics_need_the_scrape_token_and_name_no_job_or_person(
     asgi_server, scrape_token, acme, cluster
 ):
-    job = _post(acme, gpus=0)
+    job = post(acme, Role.MEMBER, acme.project, gpus=0)
     url = f"{asgi_server.url}/metrics"
     assert httpx.get(url).status_code == 403
     wrong = httpx.get(url, headers={"Authorization": "Bearer not-the-token"})
