@@ -5,7 +5,7 @@ notification fails and its subscription shows `failing_since` and the error to i
 other notification waits for it. The claim (a lease in next_try_at) is committed before the
 try, so two workers never send one try."""
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.core.mail import EmailMessage
@@ -13,12 +13,24 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from apps.core import telemetry
 from apps.notifications import messages
 from apps.notifications.models import Channel, Notification, NotificationState, Subscription
 from apps.registry.deliveries import backoff_seconds
 from apps.registry.webhooks import TryResult, deliver_once
 
 LEASE = timedelta(minutes=2)
+SENT_SECONDS = telemetry.histogram(
+    "torus_notification_seconds",
+    "From a message's first state change to its delivery (the minute's and the hour's waits"
+    " included)",
+    labels=("channel",),
+)
+FAILURES = telemetry.counter(
+    "torus_notification_failures",
+    "Tries of a message that failed (refused, unreachable, timed out), by channel",
+    labels=("channel",),
+)
 
 
 def _send(notification: Notification) -> TryResult:
@@ -66,17 +78,22 @@ def notification_try(*, notification_id) -> tuple[Notification | None, float | N
     wait = None
     now = timezone.now()
     give_up = notification.created_at + timedelta(hours=settings.TORUS_NOTIFY_RETRY_HOURS)
+    channel = notification.subscription.channel
     if result.ok:
         notification.state, notification.sent_at, notification.next_try_at = (
             NotificationState.SENT,
             now,
             None,
         )
-    elif result.permanent or now >= give_up:
-        notification.state, notification.next_try_at = NotificationState.FAILED, None
+        first = datetime.fromisoformat(notification.items[0]["at"])
+        telemetry.observe(SENT_SECONDS, (now - first).total_seconds(), channel=channel)
     else:
-        wait = backoff_seconds(notification.tries)
-        notification.next_try_at = now + timedelta(seconds=wait)
+        telemetry.add(FAILURES, channel=channel)
+        if result.permanent or now >= give_up:
+            notification.state, notification.next_try_at = NotificationState.FAILED, None
+        else:
+            wait = backoff_seconds(notification.tries)
+            notification.next_try_at = now + timedelta(seconds=wait)
     notification.error = result.error
     notification.save(update_fields=["state", "sent_at", "next_try_at", "error", "updated_at"])
     _subscription_health(notification.subscription, ok=result.ok, error=result.error, now=now)

@@ -4,6 +4,7 @@ receiver; a failed job's message carries its last lines; a burst is one message 
 jobs one digest an hour; a channel that is down is retried and shown to its owner without
 holding any other; bad subscriptions are 400s naming the field."""
 
+import re
 import uuid
 from datetime import timedelta
 
@@ -12,6 +13,7 @@ from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
 
+from apps.core import telemetry
 from apps.jobs.models import Job, JobAttempt
 from apps.jobs.transitions import job_transition
 from apps.notifications.models import Notification, Subscription
@@ -171,6 +173,9 @@ def test_a_channel_that_is_down_is_retried_and_shown_and_holds_no_other(
     assert "ConnectionRefusedError" in by_mail.error
     shown = acme.client(Role.MEMBER).get(reverse("subscription-detail", args=[mail["id"]]))
     assert shown.json()["failing_since"] and "ConnectionRefused" in shown.json()["last_error"]
+    scraped = telemetry.render().decode()  # /metrics: the failed try and the delivery, by channel
+    assert re.search(r'^torus_notification_failures_total\{channel="email"\} [1-9]', scraped, re.M)
+    assert re.search(r'^torus_notification_seconds_count\{channel="slack"\} [1-9]', scraped, re.M)
     settings.TORUS_NOTIFY_RETRY_HOURS = 0  # its retries are over
     Notification.objects.filter(pk=by_mail.pk).update(next_try_at=timezone.now())
     assert deliver(str(by_mail.pk)) == "FAILED"
