@@ -9,12 +9,13 @@ from datetime import timedelta
 from celery import current_app
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from apps.jobs.models import JobEvent
 from apps.jobs.states import State
 from apps.notifications.models import Event, Notification, NotificationState, Subscription
+from apps.tenancy.models import Membership
 
 EVENT_OF_STATE = {
     State.RUNNING: Event.STARTED,
@@ -39,8 +40,12 @@ def job_events_notify(*, events: list[JobEvent]) -> None:
         job=None, project_id__in={j.project_id for j in jobs.values()}
     )
     scope |= Q(job=None, project=None, user_id__in={j.user_id for j in jobs.values()})
+    # only people still in the tenant (and active): one removed is told nothing more
+    member = Membership.objects.filter(tenant_id=OuterRef("tenant_id"), user_id=OuterRef("user_id"))
     subscriptions = list(
-        Subscription.objects.filter(scope, tenant_id__in={j.tenant_id for j in jobs.values()})
+        Subscription.objects.filter(
+            scope, tenant_id__in={j.tenant_id for j in jobs.values()}
+        ).filter(Exists(member), user__is_active=True)
     )
     if not subscriptions:
         return

@@ -19,7 +19,7 @@ from apps.jobs.transitions import job_transition
 from apps.notifications.models import Notification, Subscription
 from apps.notifications.tasks import deliver
 from apps.registry.webhooks import verify
-from apps.tenancy.models import Role
+from apps.tenancy.models import Membership, Role
 from tests.factories import make_job
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -101,11 +101,17 @@ def test_only_the_subscribed_scope_and_events_are_told(acme, globex, cluster, sm
         acme, Role.VIEWER, events=["started"], channel="email", address="v@example.org",
         job=str(theirs.pk),
     )  # fmt: skip
+    gone = _subscribe(
+        acme, Role.ADMIN, events=["succeeded"], channel="email", address="gone@example.org",
+        project=str(acme.project.pk),
+    )  # fmt: skip
+    Membership.objects.filter(tenant=acme.tenant, user=acme.users[Role.ADMIN]).delete()
     _to(mine, "SUCCEEDED")
     _to(theirs, "SUCCEEDED")  # not mine; the viewer wants only its start
     _to(other_tenant, "FAILED")
     assert [n.items[0]["name"] for n in _pending(own["id"])] == ["mine"]
     assert _pending(one["id"]) == []
+    assert _pending(gone["id"]) == []  # left the tenant: told nothing more
     other = globex.client(Role.OWNER).post(
         reverse("subscription-list"),
         {"events": ["failed"], "channel": "email", "address": "x@example.org",
