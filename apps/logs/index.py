@@ -6,6 +6,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from django.utils import timezone
+from elasticsearch import NotFoundError
 
 from apps.logs.es import INDEX_PREFIX, client, index_pattern
 
@@ -19,12 +20,19 @@ def template_install() -> None:
     body = json.loads(TEMPLATE.read_text())
     client().indices.put_index_template(name=INDEX_PREFIX, **body)
     replicas = body["template"]["settings"]["auto_expand_replicas"]
-    client().indices.put_settings(
-        index=f"{INDEX_PREFIX}-*",
-        settings={"index.auto_expand_replicas": replicas},
-        allow_no_indices=True,
-        expand_wildcards="open",
-    )
+    for attempt in range(3):
+        try:
+            client().indices.put_settings(
+                index=f"{INDEX_PREFIX}-*",
+                settings={"index.auto_expand_replicas": replicas},
+                allow_no_indices=True,
+                ignore_unavailable=True,
+                expand_wildcards="open",
+            )
+            return
+        except NotFoundError:  # an index the pattern named was deleted meanwhile (retention)
+            if attempt == 2:
+                raise
 
 
 def retention_apply(*, tenant_slug: str, days: int) -> list[str]:
