@@ -29,7 +29,7 @@ from apps.jobs import borrowing
 from apps.jobs.attempts import attempts_build, attempts_open
 from apps.jobs.cluster_limits import enforced_by_cluster
 from apps.jobs.models import AttemptState, Job, JobAttempt, JobEvent
-from apps.jobs.priority import order_key, starving
+from apps.jobs.priority import in_order, starving
 from apps.jobs.states import ACTIVE, State
 from apps.jobs.telemetry import decided
 from apps.jobs.transitions import TRANSITION_FIELDS, events_record, transition_in_memory
@@ -164,7 +164,7 @@ def fair_order(jobs: list[Job], recent_usage: dict, *, now=None) -> list[Job]:
     """Round-robin between projects, least recent usage first; priority.order_key within."""
     now = now or timezone.now()
     queues: dict = defaultdict(list)
-    for job in sorted(jobs, key=lambda j: order_key(j, now=now)):
+    for job in in_order(jobs, now=now):
         queues[job.project_id].append(job)
     projects = sorted(queues, key=lambda p: (recent_usage.get(p, 0.0), queues[p][0].created_at))
     ordered = []
@@ -217,7 +217,7 @@ def admit_tenant(*, tenant_id) -> list[Job]:
                     room.take(job)
                     admitted.append(job)
         else:
-            admitted = sorted(pending, key=lambda j: order_key(j, now=now))
+            admitted = in_order(pending, now=now)
         changed = []
         for position, (job, reason) in enumerate(waiting, start=1):
             if job.state_reason != reason:

@@ -58,12 +58,28 @@ def waited_seconds(job, *, now: datetime) -> float:
 
 def rank(job, *, now: datetime) -> float:
     """Smaller first: log2 of the expected GPU-seconds, less one per AGING_SECONDS waited."""
-    return math.log2(expected_gpu_seconds(job)) - waited_seconds(job, now=now) / aging_seconds()
+    return _rank(job, now, aging_seconds())
+
+
+def _rank(job, now: datetime, aging: float) -> float:
+    return math.log2(expected_gpu_seconds(job)) - waited_seconds(job, now=now) / aging
 
 
 def order_key(job, *, now: datetime) -> tuple:
     """Explicit priority first (higher first), starving jobs, rank, then age (older first)."""
-    return (-job.priority, not starving(job, now=now), rank(job, now=now), job.created_at)
+    return _key(job, now, aging_seconds(), starving_seconds())
+
+
+def in_order(jobs, *, now: datetime) -> list:
+    """`jobs` sorted by order_key (the settings read once, not per job: 10,000 jobs a pass
+    in apps/jobs/estimates.py)."""
+    aging, starving_after = aging_seconds(), starving_seconds()
+    return sorted(jobs, key=lambda job: _key(job, now, aging, starving_after))
+
+
+def _key(job, now: datetime, aging: float, starving_after: float) -> tuple:
+    starves = waited_seconds(job, now=now) >= starving_after
+    return (-job.priority, not starves, _rank(job, now, aging), job.created_at)
 
 
 def starving(job, *, now: datetime) -> bool:

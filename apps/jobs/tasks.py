@@ -11,6 +11,7 @@ from apps.compute.models import Cluster
 from apps.core.passes import Pass, describe
 from apps.jobs import dispatch, reconcile
 from apps.jobs.admission import admit_tenant
+from apps.jobs.estimates import estimates_refresh
 from apps.jobs.models import ATTEMPT_ENDED, Job, JobAttempt
 from apps.jobs.outputs import model_register
 from apps.jobs.states import TERMINAL, State
@@ -74,8 +75,10 @@ def reconcile_cluster(cluster_id: str) -> dict:
 
 @shared_task(name="jobs.control_pass")
 def control_pass() -> None:
-    """The periodic backstop: reconcile and dispatch every cluster, admit every tenant."""
-    for cluster_id, name in Cluster.objects.values_list("pk", "name"):
+    """The periodic backstop: reconcile and dispatch every cluster, admit every tenant, then
+    predict the waiting jobs' starts."""
+    clusters = list(Cluster.objects.values_list("pk", "name"))
+    for cluster_id, name in clusters:
         # (no transaction around a pass: each commits its own steps, its claims first)
         failed = _cluster_failed(cluster_id)
         with (
@@ -92,6 +95,12 @@ def control_pass() -> None:
     for tenant_id, slug in pending.values_list("pk", "slug"):
         with CONTROL.item(f"admit:{slug}", atomic=False), pass_timed(step="admit"):
             admit_tenant(tenant_id=tenant_id)
+    for cluster_id, name in clusters:
+        with (
+            CONTROL.item(f"estimate:{name}", atomic=False),
+            pass_timed(step="estimate", cluster=name),
+        ):
+            estimates_refresh(cluster_id=cluster_id)
 
 
 def _cluster_failed(cluster_id):

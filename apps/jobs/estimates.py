@@ -1,0 +1,403 @@
+"""When each waiting job is expected to start: a point from the queue played forward, and a
+range calibrated on how far past predictions missed.
+
+Each control pass, per cluster (estimates_refresh):
+1. the running jobs' ends are predicted from similar past runs (apps/jobs/runtimes.py), not
+   their time limits;
+2. the waiting jobs (PENDING, QUEUED, SUBMITTED, RESTARTING) are put in the order admission
+   and the cluster's queue take them (apps/jobs/priority.order_key) and played forward on the
+   partitions' healthy capacity under the tenants' GPU quotas (apps/jobs/queue_model.py);
+3. each point becomes a range by split conformal calibration on the log of the wait: every
+   job's first prediction is kept, and when the job starts, log((actual wait + S) /
+   (predicted wait + S)) joins the cluster's last RESIDUALS_KEPT residuals; p10/p50/p90 are the
+   predicted wait scaled by those residuals' 10th, 50th and 90th percentiles. Until
+   CALIBRATION_MIN residuals exist the range is 0.5x to 2x, and says it is uncalibrated.
+A job that cannot start (over a hard quota, bigger than its partition's healthy nodes) gets the
+reason instead of a time. The results live in Redis, one hash per cluster replaced whole each
+pass: the API reads the page's jobs with one HMGET per cluster (estimates_read).
+"""
+
+import contextlib
+import gc
+import json
+import math
+import statistics
+import uuid
+from datetime import UTC, datetime
+from typing import NamedTuple
+
+from django.db import connection
+from django.db.models import CharField, FloatField, Max, Sum
+from django.db.models.fields.json import KeyTextTransform, KeyTransform
+from django.db.models.functions import Cast, Extract
+from django.utils import timezone
+
+from apps.compute.backends.slurm_words import node_healthy
+from apps.compute.models import Cluster, Node, Partition
+from apps.core import telemetry
+from apps.core.generations import counter_key, redis_client
+from apps.jobs import queue_model, runtimes
+from apps.jobs.admission import RESOURCES, quota_scope
+from apps.jobs.models import AttemptState, Job, JobAttempt
+from apps.jobs.priority import in_order
+from apps.jobs.states import ACTIVE, State
+from apps.quotas.models import Quota
+
+WAITING = (State.PENDING, State.QUEUED, State.SUBMITTED, State.RESTARTING)
+SMOOTH_SECONDS = 60.0  # S: a 10 s miss on a 5 s wait is not a 3x miss
+CALIBRATION_MIN = 20
+RESIDUALS_KEPT = 1000
+UNCALIBRATED = (math.log(0.5), 0.0, math.log(2.0))
+META = "_"  # the hash's field that holds what its entries share
+
+OUTCOMES = telemetry.counter(
+    "torus_start_estimates",
+    "Jobs that started, by where the start fell against the p10-p90 range first predicted for"
+    " them: within, early or late (coverage = within / all; the aim is 80%)",
+    labels=("cluster", "outcome"),
+)
+
+
+class Queued(NamedTuple):
+    """What the estimate reads of a job: a row, not a model (10,000 a pass), with its ids as
+    text (a UUID is made and hashed in Python, a str in C: the model looks them up 10^5
+    times)."""
+
+    id: str
+    tenant: str
+    project_id: str
+    user_id: int
+    name: str
+    priority: int
+    created_at: datetime
+    state: str
+    state_reason: str
+    gpus: int
+    cpus: int
+    memory_mb: int
+    partition: str
+    spec: dict  # {"resources": {"time_limit": minutes}}: what priority and runtimes read
+
+
+def _key(kind: str, cluster_id) -> str:
+    return counter_key(f"estimates:{kind}:{cluster_id}")
+
+
+def _text(field: str) -> Cast:
+    return Cast(field, output_field=CharField())
+
+
+def _epoch(field: str) -> Cast:
+    return Cast(Extract(field, "epoch"), output_field=FloatField())  # (a float in SQL too)
+
+
+def _rows(queryset, prefix: str = "") -> list[Queued]:
+    """The jobs as Queued rows, fetched through the cursor (Django's row iterator costs as
+    much again as the fetch at 10,000 rows)."""
+    fields = ("user_id", "name", "priority", "state", "state_reason")
+    fields = (*fields, "gpus", "cpus", "memory_mb", "partition")
+    sql, params = queryset.values_list(
+        *(_text(prefix + field) for field in ("pk", "tenant_id", "project_id")),
+        *(prefix + field for field in fields),
+        _epoch(f"{prefix}created_at"),
+        KeyTextTransform("time_limit", KeyTransform("resources", f"{prefix}spec")),
+    ).query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    when = datetime.fromtimestamp
+    return [
+        Queued._make(
+            (
+                *row[:6],
+                when(row[12], UTC),
+                *row[6:12],
+                {"resources": {"time_limit": int(row[13] or 60)}},
+            )
+        )
+        for row in rows
+    ]
+
+
+def estimates_refresh(*, cluster_id, now: datetime | None = None) -> dict:
+    """Predict every waiting job's start on this cluster and store it; learn from the jobs
+    that started since the last pass. Returns counts for the pass's log."""
+    with _collector_paused():
+        return _refresh(cluster_id=cluster_id, now=now)
+
+
+@contextlib.contextmanager
+def _collector_paused():
+    """A pass makes some 10^5 objects that live until it ends and form no cycle; the cyclic
+    collector would walk the worker's whole heap for them several times (100 ms of 350 at
+    10,000 jobs, bench/estimates.py). They are freed by their counts as usual."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _refresh(*, cluster_id, now: datetime | None) -> dict:
+    client = redis_client()
+    if client is None:
+        return {}
+    now = now or timezone.now()
+    clock = now.timestamp()
+    waiting = _rows(Job.objects.filter(cluster_id=cluster_id, state__in=WAITING))
+    name = Cluster.objects.filter(pk=cluster_id).values_list("name", flat=True).first()
+    learned, known_firsts = _learn(
+        client, cluster_id=cluster_id, cluster_name=name or "", waiting={j.id for j in waiting}
+    )
+    known = runtimes.history(now=now)
+    pools = _pools(cluster_id)
+    quotas = _quotas({job.tenant for job in waiting})
+    limits = {t: q.gpus for t, qs in quotas.items() for q in qs if _tenant_wide(q) and q.gpus}
+    running = []
+    attempts = JobAttempt.objects.filter(job__cluster_id=cluster_id, state=AttemptState.RUNNING)
+    started = dict(attempts.values_list(_text("job_id"), _epoch("started_at")))
+    for job in _rows(attempts, prefix="job__"):
+        ran = clock - (started.get(job.id) or clock)
+        left = runtimes.remaining_seconds(job, known, ran=ran)
+        running.append(
+            queue_model.Running(job.partition, job.tenant, job.gpus, job.cpus, clock + left)
+        )
+    order = in_order(waiting, now=now)
+    bases: dict[str, int] = {}  # basis words -> their number in the meta field
+    basis_of, cannot, model_jobs = [], [], []
+    predicted, refused = {}, {}  # by shape: most jobs share theirs with many others
+    for index, job in enumerate(order):
+        shape = (job.user_id, job.project_id, job.name, job.spec["resources"]["time_limit"])
+        if shape not in predicted:
+            seconds, words = runtimes.predicted_seconds(job, known)
+            predicted[shape] = seconds, bases.setdefault(words, len(bases))
+        seconds, basis = predicted[shape]
+        basis_of.append(basis)
+        shape = (*shape[:2], job.tenant, job.partition, job.gpus, job.cpus, job.memory_mb)
+        shape = (*shape, job.state == State.PENDING and job.state_reason)
+        if shape not in refused:
+            refused[shape] = _cannot_start(job, pools, quotas.get(job.tenant, []))
+        cannot.append(refused[shape])
+        if not cannot[index]:
+            model_jobs.append(
+                queue_model.Waiting(index, job.partition, job.tenant, job.gpus, job.cpus, seconds)
+            )
+    starts = queue_model.simulate(
+        now=clock,
+        pools=pools,
+        running=running,
+        waiting=model_jobs,
+        tenant_limits=limits,
+        tenant_held_elsewhere=_held_elsewhere(cluster_id, set(limits)),
+    )
+    residuals = [float(r) for r in client.lrange(_key("residuals", cluster_id), 0, -1)]
+    (low, middle, high), calibrated = _scale(residuals)
+    estimates = {
+        META: json.dumps(
+            {"computed_at": clock, "bases": list(bases), "range": calibrated}, ensure_ascii=False
+        )
+    }
+    firsts = {}
+    for index, job in enumerate(order):
+        start = starts.get(index)
+        reason = cannot[index] or ("" if start is not None else "no capacity frees up for it")
+        if reason:
+            estimates[job.id] = f"! {reason}"
+            continue
+        wait = start - clock
+        smoothed = wait + SMOOTH_SECONDS
+        p10 = clock + max(0.0, smoothed * low - SMOOTH_SECONDS)
+        p50 = clock + max(0.0, smoothed * middle - SMOOTH_SECONDS)
+        p90 = clock + max(0.0, smoothed * high - SMOOTH_SECONDS)
+        estimates[job.id] = f"{p10:.0f} {p50:.0f} {p90:.0f} {basis_of[index]}"
+        if job.id not in known_firsts:
+            firsts[job.id] = f"{clock:.1f} {wait:.1f} {p10:.0f} {p90:.0f}"
+    _store(client, cluster_id=cluster_id, estimates=estimates, firsts=firsts)
+    estimated = len(estimates) - 1 - sum(1 for reason in cannot if reason)
+    return {"waiting": len(waiting), "estimated": estimated, "learned": learned}
+
+
+def estimates_read(*, jobs) -> dict[str, dict]:
+    """{job id: expected_start} for the waiting ones among `jobs`, one HMGET per cluster;
+    ISO times, as the API gives them."""
+    client = redis_client()
+    by_cluster: dict = {}
+    for job in jobs:
+        if job.state in WAITING and job.cluster_id:
+            by_cluster.setdefault(job.cluster_id, []).append(str(job.pk))
+    if client is None or not by_cluster:
+        return {}
+    with client.pipeline(transaction=False) as pipe:
+        for cluster_id, ids in by_cluster.items():
+            pipe.hmget(_key("now", cluster_id), [META, *ids])
+        answers = pipe.execute()
+    found = {}
+    for ids, (meta, *values) in zip(by_cluster.values(), answers, strict=True):
+        if meta is None:
+            continue
+        meta = json.loads(meta)
+        for job_id, raw in zip(ids, values, strict=True):
+            if raw is not None:
+                found[job_id] = _readable(raw.decode(), meta)
+    return found
+
+
+def _readable(stored: str, meta: dict) -> dict:
+    computed_at = _iso(meta["computed_at"])
+    if stored.startswith("! "):
+        return {
+            **dict.fromkeys(("p10", "p50", "p90")),
+            "computed_at": computed_at,
+            "basis": "",
+            "cannot_start": stored[2:],
+        }
+    p10, p50, p90, basis = stored.split()
+    return {
+        "p10": _iso(p10),
+        "p50": _iso(p50),
+        "p90": _iso(p90),
+        "computed_at": computed_at,
+        "basis": (
+            f"the queue played forward, its run time from {meta['bases'][int(basis)]};"
+            f" running jobs' ends from their past runs; range {meta['range']}"
+        ),
+        "cannot_start": "",
+    }
+
+
+def _iso(value) -> str:
+    return datetime.fromtimestamp(float(value), UTC).isoformat()
+
+
+def _scale(residuals: list[float]) -> tuple[tuple, str]:
+    """The factors for p10, p50 and p90, and the words for where they come from."""
+    if len(residuals) < CALIBRATION_MIN:
+        return tuple(math.exp(r) for r in UNCALIBRATED), (
+            f"0.5x-2x, uncalibrated ({len(residuals)} of {CALIBRATION_MIN} past starts seen)"
+        )
+    cuts = statistics.quantiles(residuals, n=10, method="inclusive")
+    factors = (math.exp(cuts[0]), math.exp(statistics.median(residuals)), math.exp(cuts[-1]))
+    return factors, f"calibrated on {len(residuals)} past starts"
+
+
+def _store(client, *, cluster_id, estimates: dict, firsts: dict) -> None:
+    """Replace the cluster's estimates whole (a temporary key renamed: readers never see half
+    of a pass); add the first predictions of the jobs new to the queue."""
+    now_key, first_key = _key("now", cluster_id), _key("first", cluster_id)
+    with client.pipeline(transaction=False) as pipe:
+        if len(estimates) > 1:  # (more than the meta field)
+            temporary = f"{now_key}:next"
+            pipe.delete(temporary)
+            pipe.hset(temporary, mapping=estimates)
+            pipe.rename(temporary, now_key)
+        else:
+            pipe.delete(now_key)
+        if firsts:
+            pipe.hset(first_key, mapping=firsts)
+        pipe.execute()
+
+
+def _learn(client, *, cluster_id, cluster_name: str, waiting: set[str]) -> tuple[int, set]:
+    """The jobs predicted before that wait no more: each that started adds its residual and
+    its coverage outcome; all leave the first-prediction hash. Returns how many were learned
+    and the waiting jobs that already have a first prediction."""
+    first_key = _key("first", cluster_id)
+    known = {key.decode() for key in client.hkeys(first_key)}
+    gone_ids = list(known - waiting)
+    if not gone_ids:
+        return 0, known
+    values = client.hmget(first_key, gone_ids)
+    gone = {k: v.decode() for k, v in zip(gone_ids, values, strict=True) if v is not None}
+    started = dict(
+        Job.objects.filter(pk__in=list(gone))
+        .annotate(last_start=Max("attempts__started_at"))
+        .values_list("pk", "last_start")
+    )
+    residuals = []
+    for job_id, first in gone.items():
+        at, wait, p10, p90 = (float(x) for x in first.split())
+        start = started.get(uuid.UUID(job_id))
+        if start is None or start.timestamp() < at - 1:
+            continue  # cancelled or failed before it ran, or a start from before
+        actual = start.timestamp()
+        residuals.append(math.log((actual - at + SMOOTH_SECONDS) / (wait + SMOOTH_SECONDS)))
+        outcome = "early" if actual < p10 - 1 else "late" if actual > p90 + 1 else "within"
+        telemetry.add(OUTCOMES, cluster=cluster_name, outcome=outcome)
+    with client.pipeline(transaction=False) as pipe:
+        if residuals:
+            residuals_key = _key("residuals", cluster_id)
+            pipe.lpush(residuals_key, *residuals)
+            pipe.ltrim(residuals_key, 0, RESIDUALS_KEPT - 1)
+        pipe.hdel(first_key, *gone_ids)
+        pipe.execute()
+    return len(residuals), known - set(gone_ids)
+
+
+def _pools(cluster_id) -> dict[str, queue_model.Pool]:
+    """Each partition's GPUs and CPUs on its healthy nodes."""
+    nodes = {n.name: n for n in Node.objects.filter(cluster_id=cluster_id) if node_healthy(n.state)}
+    pools = {}
+    for partition in Partition.objects.filter(cluster_id=cluster_id):
+        members = [nodes[name] for name in partition.node_names if name in nodes]
+        pools[partition.name] = queue_model.Pool(
+            gpus=sum(
+                sum(int(v) for k in n.accelerators.values() for v in k.values()) for n in members
+            ),
+            cpus=sum(n.cpus for n in members),
+        )
+    return pools
+
+
+def _quotas(tenants: set[str]) -> dict:
+    """{tenant id: its quotas}."""
+    found: dict = {}
+    for quota in Quota.objects.filter(tenant_id__in=tenants).select_related(
+        "tenant", "project", "user"
+    ):
+        found.setdefault(str(quota.tenant_id), []).append(quota)
+    return found
+
+
+def _tenant_wide(quota: Quota) -> bool:
+    return quota_scope(quota) == ("tenant",)
+
+
+def _held_elsewhere(cluster_id, tenants: set[str]) -> dict:
+    """GPUs the quota-limited tenants hold on other clusters (their quota is tenant-wide)."""
+    if not tenants:
+        return {}
+    rows = (
+        Job.objects.filter(tenant_id__in=tenants, state__in=list(ACTIVE))
+        .exclude(cluster_id=cluster_id)
+        .values("tenant_id")
+        .annotate(gpus=Sum("gpus"))
+    )
+    return {str(row["tenant_id"]): row["gpus"] or 0 for row in rows}
+
+
+def _cannot_start(job: Queued, pools: dict, quotas: list[Quota]) -> str:
+    """Why waiting will never start the job, in words; '' when it can start in time."""
+    pool = pools.get(job.partition)
+    if pool is None:
+        return f"partition {job.partition!r} is not in the cluster's inventory"
+    if job.gpus > pool.gpus or job.cpus > pool.cpus:
+        return (
+            f"partition {job.partition} has {pool.gpus} GPUs and {pool.cpus} CPUs on healthy"
+            f" nodes; this job needs {job.gpus} and {job.cpus}"
+        )
+    for quota in quotas:
+        if (quota.project_id and str(quota.project_id) != job.project_id) or (
+            quota.user_id and quota.user_id != job.user_id
+        ):
+            continue  # another project's or user's
+        for name, words in RESOURCES:
+            limit, needs = getattr(quota, name), getattr(job, name)
+            if limit is not None and needs > limit:
+                return f"{quota.scope_label} allows {limit} {words}; this job needs {needs}"
+        if quota.running_jobs == 0:
+            return f"{quota.scope_label} allows no running jobs"
+    if job.state == State.PENDING and "GPU-hours used this month" in job.state_reason:
+        return f"{job.state_reason} (until the quota renews next month)"
+    return ""

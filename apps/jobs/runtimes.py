@@ -1,0 +1,126 @@
+"""How long a job will run, predicted from similar past runs rather than its time limit.
+
+Users set time limits far above what their jobs take (the trace's median job ends well within
+a tenth of its limit), so a queue played forward on time limits says "hours" for minutes.
+Instead: the median of the recent ended attempts of the same user, project and job name;
+failing that, of the same user and project; then of the project; at least MIN_RUNS each. A
+running job's remaining time is the median of those past runs that lasted longer than it has
+run so far, less what it has run (it has outlived the short ones). Never past the time limit,
+where the cluster ends it.
+"""
+
+import bisect
+import statistics
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.db.models import CharField, F
+from django.db.models.functions import Cast
+from django.utils import timezone
+
+from apps.jobs.models import AttemptState, JobAttempt
+
+MIN_RUNS = 3
+HISTORY_DAYS = 30
+HISTORY_ROWS = 20_000  # the most recent ended attempts read, per pass at most
+CACHE_SECONDS = 60.0  # a pass every few seconds reads the history once a minute
+ENDED = (AttemptState.SUCCEEDED, AttemptState.FAILED, AttemptState.TIMEOUT)
+
+_cache: dict = {}  # "history" -> (read at, History)
+
+
+@dataclass
+class Runs:
+    seconds: list[float]  # sorted
+    median: float
+    basis: str  # whose runs, in words
+
+
+NONE = Runs([], 0.0, "the time limit (no past runs to learn from)")
+
+
+@dataclass
+class History:
+    by_name: dict  # (user id, project id as text, name) -> Runs
+    by_user: dict  # (user id, project id) -> Runs
+    by_project: dict  # project id -> Runs
+
+    def runs_for(self, job) -> Runs:
+        """The past runs the prediction rests on (NONE: too few)."""
+        for runs in (
+            self.by_name.get((job.user_id, job.project_id, job.name)),
+            self.by_user.get((job.user_id, job.project_id)),
+            self.by_project.get(job.project_id),
+        ):
+            if runs is not None:
+                return runs
+        return NONE
+
+
+def history(*, now=None) -> History:
+    """The recent ended attempts' durations by user, project and name (read once a minute
+    per process)."""
+    read_at, cached = _cache.get("history", (0.0, None))
+    if cached is not None and time.monotonic() - read_at < CACHE_SECONDS:
+        return cached
+    now = now or timezone.now()
+    rows = (
+        JobAttempt.objects.filter(
+            state__in=ENDED,
+            started_at__isnull=False,
+            ended_at__gte=now - timedelta(days=HISTORY_DAYS),
+        )
+        .order_by("-ended_at")
+        .values_list("job__user_id", Cast("job__project_id", CharField()), "job__name")
+        .annotate(seconds=F("ended_at") - F("started_at"))[:HISTORY_ROWS]
+    )
+    found = History(by_name={}, by_user={}, by_project={})
+    for user_id, project_id, name, took in rows:  # (the id as text, as estimates' rows)
+        seconds = max(took.total_seconds(), 1.0)
+        found.by_name.setdefault((user_id, project_id, name), []).append(seconds)
+        found.by_user.setdefault((user_id, project_id), []).append(seconds)
+        found.by_project.setdefault(project_id, []).append(seconds)
+    for table, words in (
+        (found.by_name, "this job's name"),
+        (found.by_user, "this user in this project"),
+        (found.by_project, "this project"),
+    ):
+        for key, seconds in list(table.items()):
+            if len(seconds) < MIN_RUNS:
+                del table[key]
+                continue
+            seconds.sort()
+            basis = f"{len(seconds)} past runs of {words}"
+            table[key] = Runs(seconds, statistics.median(seconds), basis)
+    _cache["history"] = (time.monotonic(), found)
+    return found
+
+
+def forget() -> None:
+    """Drop the process's copy (tests that write attempts and read at once)."""
+    _cache.clear()
+
+
+def limit_seconds(job) -> float:
+    minutes = ((job.spec or {}).get("resources") or {}).get("time_limit") or 60
+    return float(minutes) * 60
+
+
+def predicted_seconds(job, known: History) -> tuple[float, str]:
+    """(the run time predicted for a waiting job, the basis in words)."""
+    limit = limit_seconds(job)
+    runs = known.runs_for(job)
+    if not runs.seconds:
+        return limit, runs.basis
+    return min(runs.median, limit), runs.basis
+
+
+def remaining_seconds(job, known: History, *, ran: float) -> float:
+    """What a running job that has run `ran` seconds is predicted to run still."""
+    left = max(limit_seconds(job) - ran, 0.0)
+    runs = known.runs_for(job).seconds
+    longer = runs[bisect.bisect_right(runs, ran) :]
+    if not longer:
+        return left  # it has outlived every similar run (or none is known): the limit bounds it
+    return min(max(statistics.median(longer) - ran, 0.0), left)
