@@ -3,8 +3,8 @@ JobDetailSerializer give for it (tests/jobs/test_query_counts.py compares them),
 objects the submission wrote: no query, and none of DRF's per-field work on the hot path.
 
 Only for a job whose attempts and events are known in full (services.Submitted.current):
-such a job has no failure signatures yet, and its first attempt no dataset versions, dataset
-stages or model version (the dispatcher records those later)."""
+such a job has no failure signatures yet, no expected start, and its first attempt no
+dataset versions, dataset stages or model version (the dispatcher records those later)."""
 
 from rest_framework.fields import DateTimeField
 
@@ -27,6 +27,7 @@ def job_row(job) -> dict:
         "state": job.state,
         "state_reason": job.state_reason,
         "queue_position": job.queue_position,
+        "expected_start": None,  # the next control pass makes it (apps/jobs/estimates.py)
         "priority": job.priority,
         "labels": job.labels,
         "gpus": job.gpus,

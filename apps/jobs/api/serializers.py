@@ -3,6 +3,7 @@
 from rest_framework import serializers
 
 from apps.core.api.serializers import RenderableJSONField
+from apps.jobs.estimates import estimates_read
 from apps.jobs.models import DatasetStage, Job, JobAttempt, JobEvent
 
 
@@ -82,6 +83,30 @@ class JobAttemptSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class ExpectedStartSerializer(serializers.Serializer):
+    """apps/jobs/estimates.py: a waiting job's predicted start, or why it cannot start."""
+
+    p10 = serializers.DateTimeField(allow_null=True, help_text="Early end of the range.")
+    p50 = serializers.DateTimeField(allow_null=True, help_text="The most likely start.")
+    p90 = serializers.DateTimeField(allow_null=True, help_text="Late end of the range.")
+    computed_at = serializers.DateTimeField()
+    basis = serializers.CharField(help_text="What the prediction rests on, in words.")
+    cannot_start = serializers.CharField(
+        help_text="Why waiting will not start the job (no time is given then); '' otherwise."
+    )
+
+
+class JobListSerializer(serializers.ListSerializer):
+    """The page's expected starts read together: one Redis round trip, not one per job."""
+
+    def to_representation(self, data):
+        jobs = list(data.all() if hasattr(data, "all") else data)
+        found = estimates_read(jobs=jobs)
+        for job in jobs:
+            job.expected_start = found.get(str(job.pk))
+        return super().to_representation(jobs)
+
+
 class JobSerializer(serializers.ModelSerializer):
     project = serializers.UUIDField(source="project_id", read_only=True)
     project_slug = serializers.CharField(source="project.slug", read_only=True)
@@ -95,9 +120,15 @@ class JobSerializer(serializers.ModelSerializer):
         read_only=True,
         help_text="Failure signatures its failed attempts matched, by name.",
     )
+    expected_start = ExpectedStartSerializer(
+        read_only=True,
+        allow_null=True,
+        help_text="While it waits: when it is expected to start (null once it has started).",
+    )
 
     class Meta:
         model = Job
+        list_serializer_class = JobListSerializer
         fields = [
             "id",
             "name",
@@ -108,6 +139,7 @@ class JobSerializer(serializers.ModelSerializer):
             "state",
             "state_reason",
             "queue_position",
+            "expected_start",
             "priority",
             "labels",
             "gpus",
@@ -127,6 +159,11 @@ class JobSerializer(serializers.ModelSerializer):
             "signatures",
         ]
         read_only_fields = fields
+
+    def to_representation(self, instance):
+        if not hasattr(instance, "expected_start"):  # one job (a list reads them together)
+            instance.expected_start = estimates_read(jobs=[instance]).get(str(instance.pk))
+        return super().to_representation(instance)
 
 
 class JobDetailSerializer(JobSerializer):

@@ -2334,6 +2334,30 @@ export interface components {
          * @enum {string}
          */
         EventsEnum: "model_version.created" | "alias.changed";
+        /** @description apps/jobs/estimates.py: a waiting job's predicted start, or why it cannot start. */
+        ExpectedStart: {
+            /**
+             * Format: date-time
+             * @description Early end of the range.
+             */
+            p10: string | null;
+            /**
+             * Format: date-time
+             * @description The most likely start.
+             */
+            p50: string | null;
+            /**
+             * Format: date-time
+             * @description Late end of the range.
+             */
+            p90: string | null;
+            /** Format: date-time */
+            computed_at: string;
+            /** @description What the prediction rests on, in words. */
+            basis: string;
+            /** @description Why waiting will not start the job (no time is given then); '' otherwise. */
+            cannot_start: string;
+        };
         FailureSignature: {
             /** Format: uuid */
             readonly id: string;
@@ -2561,6 +2585,8 @@ export interface components {
             readonly state: components["schemas"]["JobStateEnum"];
             readonly state_reason: string;
             readonly queue_position: number | null;
+            /** @description While it waits: when it is expected to start (null once it has started). */
+            readonly expected_start: components["schemas"]["ExpectedStart"] | null;
             readonly priority: number;
             readonly labels: unknown;
             readonly gpus: number;
@@ -2635,6 +2661,8 @@ export interface components {
             readonly state: components["schemas"]["JobStateEnum"];
             readonly state_reason: string;
             readonly queue_position: number | null;
+            /** @description While it waits: when it is expected to start (null once it has started). */
+            readonly expected_start: components["schemas"]["ExpectedStart"] | null;
             readonly priority: number;
             readonly labels: unknown;
             readonly gpus: number;
