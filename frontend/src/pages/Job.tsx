@@ -1,7 +1,7 @@
 // One job (/jobs/:id): state and actions, the live log, metrics, the timeline of events and attempts.
 import { useEffect, useMemo, useState } from "react";
 import { Link, useParams, useSearchParams } from "react-router-dom";
-import { App, Alert, Button, Card, Descriptions, Input, Popconfirm, Space, Table, Tabs, Tag, Timeline, Typography } from "antd";
+import { App, Alert, Button, Card, Descriptions, Input, Popconfirm, Space, Table, Tabs, Tag, Timeline, Tooltip, Typography } from "antd";
 import { useQuery, useQueryClient } from "@tanstack/react-query";
 import { api, unwrap, type JobDetail, type Schemas } from "../api/client";
 import { useI18n } from "../i18n";
@@ -11,6 +11,7 @@ import { LineStore, LogView } from "../components/LogView";
 import { Chart } from "../components/Chart";
 import { HitContext } from "../components/HitContext";
 import { useJobSocket, type WsMessage } from "../components/useJobSocket";
+import { startsIn } from "../startEstimate";
 
 type Series = Record<string, [number, number][]>;
 
@@ -160,7 +161,23 @@ export default function JobPage() {
           showIcon
           data-testid="why-waiting"
           message={`${t("job.waiting")}: ${reason || state}`}
-          description={j.queue_position != null ? `${t("job.position")}: #${j.queue_position}` : undefined}
+          description={
+            [
+              j.queue_position != null ? `${t("job.position")}: #${j.queue_position}` : "",
+              startsIn(j.expected_start, Date.now(), t) ?? "",
+            ]
+              .filter(Boolean)
+              .join(" · ") || undefined
+          }
+          action={
+            j.expected_start?.basis ? (
+              <Tooltip title={j.expected_start.basis}>
+                <Typography.Text type="secondary" data-testid="start-basis">
+                  {t("start.basis")}
+                </Typography.Text>
+              </Tooltip>
+            ) : undefined
+          }
           style={{ marginBottom: 12 }}
         />
       )}

@@ -9,6 +9,7 @@ import { useI18n } from "../i18n";
 import { useSession } from "../session";
 import { ALL_STATES, EmptyState, ErrorState, StateTag, fmtTime } from "../components/common";
 import { useLiveJobs, type JobStateChange } from "../components/useJobSocket";
+import { startsIn } from "../startEstimate";
 
 export default function JobsPage() {
   const { t } = useI18n();
@@ -97,6 +98,18 @@ export default function JobsPage() {
             </span>
           </Tooltip>
         );
+      },
+    },
+    {
+      title: t("jobs.starts"),
+      dataIndex: "expected_start",
+      render: (_: unknown, j: Job) => {
+        const words = (live[j.id] ?? j.state) === j.state ? startsIn(j.expected_start, Date.now(), t) : null;
+        return words ? (
+          <Typography.Text type="secondary" data-testid="job-starts">
+            {words}
+          </Typography.Text>
+        ) : null;
       },
     },
     {

@@ -19,6 +19,7 @@ const job = (id: string, name: string, state: string, signatures: string[] = [],
   state,
   state_reason: "",
   queue_position: null,
+  expected_start: null as unknown,
   priority: 0,
   labels: {},
   gpus: 1,
@@ -88,6 +89,25 @@ describe("jobs list", () => {
     );
     expect(within(row).getByTestId("job-state")).toHaveTextContent("RUNNING"); // before any fetch
     await waitFor(() => expect(listCalls(calls).length).toBe(before + 1), { timeout: 5000 });
+  });
+
+  it("says when a waiting job is expected to start, and why one cannot", async () => {
+    fakeSockets();
+    const soon = new Date(Date.now() + 12 * 60_000).toISOString();
+    const waiting = { ...job("j1", "train-a", "PENDING"), expected_start: {
+      p10: new Date(Date.now() + 5 * 60_000).toISOString(), p50: soon,
+      p90: new Date(Date.now() + 30 * 60_000).toISOString(), computed_at: soon, basis: "", cannot_start: "" } };
+    const blocked = { ...job("j2", "train-b", "PENDING"), expected_start: {
+      p10: null, p50: null, p90: null, computed_at: soon, basis: "",
+      cannot_start: "tenant acme allows 2 GPUs; this job needs 4" } };
+    fakeApi(routes(() => [waiting, blocked, job("j3", "train-c", "RUNNING")]));
+    renderAt("/jobs");
+    const row = (name: string) => screen.findByText(name).then((n) => n.closest("tr")!);
+    expect(within(await row("train-a")).getByTestId("job-starts")).toHaveTextContent("starts in ~12 min (5-30 min)");
+    expect(within(await row("train-b")).getByTestId("job-starts")).toHaveTextContent(
+      "cannot start: tenant acme allows 2 GPUs; this job needs 4",
+    );
+    expect(within(await row("train-c")).queryByTestId("job-starts")).toBeNull();
   });
 
   it("opens the socket for the chosen project only", async () => {
