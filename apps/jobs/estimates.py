@@ -22,12 +22,11 @@ import gc
 import json
 import math
 import statistics
-import uuid
 from datetime import UTC, datetime
 from typing import NamedTuple
 
 from django.db import connection
-from django.db.models import CharField, FloatField, Max, Sum
+from django.db.models import CharField, FloatField, Sum
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import Cast, Extract
 from django.utils import timezone
@@ -49,6 +48,7 @@ CALIBRATION_MIN = 20
 RESIDUALS_KEPT = 1000
 UNCALIBRATED = (math.log(0.5), 0.0, math.log(2.0))
 META = "_"  # the hash's field that holds what its entries share
+SWEEP_SLACK = 1000
 
 OUTCOMES = telemetry.counter(
     "torus_start_estimates",
@@ -105,18 +105,22 @@ def _rows(queryset, prefix: str = "") -> list[Queued]:
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
-    when = datetime.fromtimestamp
+    when, specs = datetime.fromtimestamp, {}  # one spec per time limit, shared (read only)
     return [
         Queued._make(
             (
                 *row[:6],
                 when(row[12], UTC),
                 *row[6:12],
-                {"resources": {"time_limit": int(row[13] or 60)}},
+                specs.get(row[13]) or specs.setdefault(row[13], _spec(row[13])),
             )
         )
         for row in rows
     ]
+
+
+def _spec(time_limit) -> dict:
+    return {"resources": {"time_limit": int(time_limit or 60)}}
 
 
 def estimates_refresh(*, cluster_id, now: datetime | None = None) -> dict:
@@ -148,9 +152,10 @@ def _refresh(*, cluster_id, now: datetime | None) -> dict:
     clock = now.timestamp()
     waiting = _rows(Job.objects.filter(cluster_id=cluster_id, state__in=WAITING))
     name = Cluster.objects.filter(pk=cluster_id).values_list("name", flat=True).first()
-    learned, known_firsts = _learn(
-        client, cluster_id=cluster_id, cluster_name=name or "", waiting={j.id for j in waiting}
-    )
+    last = client.hget(_key("now", cluster_id), META)
+    since = json.loads(last)["computed_at"] if last else None
+    learned = _learn(client, cluster_id=cluster_id, cluster_name=name or "", since=since)
+    _forget_gone(client, cluster_id=cluster_id, waiting={j.id for j in waiting})
     known = runtimes.history(now=now)
     pools = _pools(cluster_id)
     quotas = _quotas({job.tenant for job in waiting})
@@ -193,12 +198,9 @@ def _refresh(*, cluster_id, now: datetime | None) -> dict:
         tenant_held_elsewhere=_held_elsewhere(cluster_id, set(limits)),
     )
     residuals = [float(r) for r in client.lrange(_key("residuals", cluster_id), 0, -1)]
-    (low, middle, high), calibrated = _scale(residuals)
-    estimates = {
-        META: json.dumps(
-            {"computed_at": clock, "bases": list(bases), "range": calibrated}, ensure_ascii=False
-        )
-    }
+    factors, calibrated = _scale(residuals)
+    meta = {"computed_at": clock, "factors": factors, "bases": list(bases), "range": calibrated}
+    estimates = {META: json.dumps(meta, ensure_ascii=False)}
     firsts = {}
     for index, job in enumerate(order):
         start = starts.get(index)
@@ -206,13 +208,10 @@ def _refresh(*, cluster_id, now: datetime | None) -> dict:
         if reason:
             estimates[job.id] = f"! {reason}"
             continue
-        wait = start - clock
-        smoothed = wait + SMOOTH_SECONDS
-        p10 = clock + max(0.0, smoothed * low - SMOOTH_SECONDS)
-        p50 = clock + max(0.0, smoothed * middle - SMOOTH_SECONDS)
-        p90 = clock + max(0.0, smoothed * high - SMOOTH_SECONDS)
-        estimates[job.id] = f"{p10:.0f} {p50:.0f} {p90:.0f} {basis_of[index]}"
-        if job.id not in known_firsts:
+        wait = start - clock  # the range is made from it as it is read (_readable)
+        estimates[job.id] = f"{wait:.0f} {basis_of[index]}"
+        if since is None or job.created_at.timestamp() >= since:  # new since the last pass
+            p10, _, p90 = _range(clock, wait, factors)
             firsts[job.id] = f"{clock:.1f} {wait:.1f} {p10:.0f} {p90:.0f}"
     _store(client, cluster_id=cluster_id, estimates=estimates, firsts=firsts)
     estimated = len(estimates) - 1 - sum(1 for reason in cannot if reason)
@@ -253,7 +252,8 @@ def _readable(stored: str, meta: dict) -> dict:
             "basis": "",
             "cannot_start": stored[2:],
         }
-    p10, p50, p90, basis = stored.split()
+    wait, basis = stored.split()
+    p10, p50, p90 = _range(meta["computed_at"], float(wait), meta["factors"])
     return {
         "p10": _iso(p10),
         "p50": _iso(p50),
@@ -265,6 +265,13 @@ def _readable(stored: str, meta: dict) -> dict:
         ),
         "cannot_start": "",
     }
+
+
+def _range(clock: float, wait: float, factors) -> tuple[float, float, float]:
+    """p10, p50 and p90 of a start predicted `wait` seconds after `clock`: the wait, smoothed,
+    scaled by the calibration's factors (never before `clock`)."""
+    smoothed = wait + SMOOTH_SECONDS
+    return tuple(clock + max(0.0, smoothed * factor - SMOOTH_SECONDS) for factor in factors)
 
 
 def _iso(value) -> str:
@@ -294,45 +301,56 @@ def _store(client, *, cluster_id, estimates: dict, firsts: dict) -> None:
             pipe.rename(temporary, now_key)
         else:
             pipe.delete(now_key)
-        if firsts:
-            pipe.hset(first_key, mapping=firsts)
+        for job_id, first in firsts.items():  # (never over the first one)
+            pipe.hsetnx(first_key, job_id, first)
         pipe.execute()
 
 
-def _learn(client, *, cluster_id, cluster_name: str, waiting: set[str]) -> tuple[int, set]:
-    """The jobs predicted before that wait no more: each that started adds its residual and
-    its coverage outcome; all leave the first-prediction hash. Returns how many were learned
-    and the waiting jobs that already have a first prediction."""
+def _learn(client, *, cluster_id, cluster_name: str, since: float | None) -> int:
+    """The attempts that started on the cluster since the last pass (`since`; all the first
+    pass): each of a job with a first prediction adds its residual and its coverage outcome,
+    and the prediction is dropped. Returns how many were learned."""
     first_key = _key("first", cluster_id)
-    known = {key.decode() for key in client.hkeys(first_key)}
-    gone_ids = list(known - waiting)
-    if not gone_ids:
-        return 0, known
-    values = client.hmget(first_key, gone_ids)
-    gone = {k: v.decode() for k, v in zip(gone_ids, values, strict=True) if v is not None}
-    started = dict(
-        Job.objects.filter(pk__in=list(gone))
-        .annotate(last_start=Max("attempts__started_at"))
-        .values_list("pk", "last_start")
-    )
+    attempts = JobAttempt.objects.filter(job__cluster_id=cluster_id, started_at__isnull=False)
+    if since is not None:
+        attempts = attempts.filter(started_at__gte=datetime.fromtimestamp(since - 5, UTC))
+    started = dict(attempts.values_list(_text("job_id"), _epoch("started_at")))
+    if not started:
+        return 0
+    ids = list(started)
+    firsts = dict(zip(ids, client.hmget(first_key, ids), strict=True))
     residuals = []
-    for job_id, first in gone.items():
+    for job_id, first in firsts.items():
+        if first is None:
+            continue
         at, wait, p10, p90 = (float(x) for x in first.split())
-        start = started.get(uuid.UUID(job_id))
-        if start is None or start.timestamp() < at - 1:
-            continue  # cancelled or failed before it ran, or a start from before
-        actual = start.timestamp()
+        actual = started[job_id]
+        if actual < at - 1:
+            continue  # a start from before this wait
         residuals.append(math.log((actual - at + SMOOTH_SECONDS) / (wait + SMOOTH_SECONDS)))
         outcome = "early" if actual < p10 - 1 else "late" if actual > p90 + 1 else "within"
         telemetry.add(OUTCOMES, cluster=cluster_name, outcome=outcome)
-    with client.pipeline(transaction=False) as pipe:
-        if residuals:
-            residuals_key = _key("residuals", cluster_id)
-            pipe.lpush(residuals_key, *residuals)
-            pipe.ltrim(residuals_key, 0, RESIDUALS_KEPT - 1)
-        pipe.hdel(first_key, *gone_ids)
-        pipe.execute()
-    return len(residuals), known - set(gone_ids)
+    learned = [job_id for job_id, first in firsts.items() if first is not None]
+    if learned:
+        with client.pipeline(transaction=False) as pipe:
+            if residuals:
+                residuals_key = _key("residuals", cluster_id)
+                pipe.lpush(residuals_key, *residuals)
+                pipe.ltrim(residuals_key, 0, RESIDUALS_KEPT - 1)
+            pipe.hdel(first_key, *learned)
+            pipe.execute()
+    return len(residuals)
+
+
+def _forget_gone(client, *, cluster_id, waiting: set[str]) -> None:
+    """Drop the first predictions of jobs that left the queue without starting (cancelled,
+    failed at dispatch): swept once they outnumber the waiting jobs by SWEEP_SLACK."""
+    first_key = _key("first", cluster_id)
+    if client.hlen(first_key) <= len(waiting) + SWEEP_SLACK:
+        return
+    gone = [key for key in client.hkeys(first_key) if key.decode() not in waiting]
+    if gone:
+        client.hdel(first_key, *gone)
 
 
 def _pools(cluster_id) -> dict[str, queue_model.Pool]:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 # How many waiting jobs past the first blocked one are tried at each event (Slurm's
 # bf_max_job_test is per pass; this is per simulated event, so smaller).
-BACKFILL_DEPTH = 16
+BACKFILL_DEPTH = 8
 # The clock moves by at least this much per event.
 RESOLUTION_SECONDS = 30.0
 
