@@ -13,7 +13,7 @@ from torus.client import Client
 from torus.errors import TorusError
 from torus.output import emit, table
 
-JOB_COLUMNS = ["id", "name", "project_slug", "user", "state", "gpus", "created_at"]
+JOB_COLUMNS = ["id", "name", "project_slug", "user", "state", "starts", "gpus", "created_at"]
 
 
 def load_spec(path: str) -> dict:
@@ -91,8 +91,32 @@ def cmd_jobs(client: Client, args) -> int:
     rows = client.jobs(
         state=args.state, project=args.project, user=args.user, label=args.label, limit=args.limit
     )
+    if not args.json:  # (--json gives each job's expected_start as the API does)
+        now = datetime.now(timezone.utc)
+        rows = [{**row, "starts": starts_in(row.get("expected_start"), now=now)} for row in rows]
     emit(args, rows, JOB_COLUMNS)
     return 0
+
+
+def starts_in(expected: dict | None, *, now: datetime) -> str:
+    """A waiting job's expected start as `~12m (5m-30m)`, `cannot: <why>`, or `-`."""
+    if not expected:
+        return "-"
+    if expected.get("cannot_start"):
+        return f"cannot: {expected['cannot_start']}"
+    if not expected.get("p50"):
+        return "-"
+
+    def away(field: str) -> str:
+        seconds = (datetime.fromisoformat(expected[field]) - now).total_seconds()
+        minutes = max(0.0, seconds) / 60
+        if minutes < 90:
+            return f"{max(1, round(minutes))}m"
+        if minutes < 48 * 60:
+            return f"{round(minutes / 60)}h"
+        return f"{round(minutes / 1440)}d"
+
+    return f"~{away('p50')} ({away('p10')}-{away('p90')})"
 
 
 def cmd_show(client: Client, args) -> int:
@@ -121,6 +145,11 @@ def cmd_show(client: Client, args) -> int:
     ]
     for field in fields:
         print(f"{field:<18} {job.get(field) if job.get(field) is not None else '-'}")
+    if job.get("expected_start"):
+        now = datetime.now(timezone.utc)
+        print(f"{'expected_start':<18} {starts_in(job['expected_start'], now=now)}")
+        if job["expected_start"].get("basis"):
+            print(f"{'estimate_basis':<18} {job['expected_start']['basis']}")
     print("\nattempts")
     print(table(job["attempts"], ["number", "state", "backend_id", "nodes", "exit_code", "reason"]))
     print("\ntimeline")

@@ -2,6 +2,7 @@
 health, calibrated on past misses, in the API; and on the real Slurm cluster."""
 
 import math
+import re
 from datetime import datetime, timedelta
 
 import pytest
@@ -18,6 +19,7 @@ from apps.quotas.models import Quota
 from apps.tenancy.models import Role
 from tests.factories import make_job
 from tests.jobs.conftest import drive, submit
+from tests.sdk.cli import run_cli
 
 pytestmark = pytest.mark.django_db
 
@@ -233,3 +235,29 @@ def test_on_slurm_a_job_held_by_the_quota_is_given_the_running_ones_end(acme, sl
     estimates_refresh(cluster_id=slurm_cluster.pk)
     assert sum(_outcomes(slurm_cluster.name).values()) == before + 1  # its start, learned
     assert redis_client().llen(_key("residuals", slurm_cluster.pk)) >= 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_cli_lists_the_expected_start(live_server, acme, cluster):
+    past_runs(acme, cluster, name="train", seconds=600)
+    running(acme, cluster, name="train", gpus_per_node=4, nodes=2, ran=100)
+    waiting = make_job(
+        project=acme.project,
+        user=acme.users[Role.MEMBER],
+        state="QUEUED",
+        cluster=cluster,
+        name="train",
+        gpus_per_node=4,
+    )
+    estimates_refresh(cluster_id=cluster.pk)
+    env = {"TORUS_URL": live_server.url, "TORUS_TOKEN": acme.tokens[Role.MEMBER]}
+    listed = run_cli("jobs", env=env)
+    assert listed.returncode == 0, listed.stderr
+    header, *rows = listed.stdout.splitlines()
+    assert header.split()[:6] == ["ID", "NAME", "PROJECT_SLUG", "USER", "STATE", "STARTS"]
+    row = next(line for line in rows if str(waiting.pk) in line)
+    # 500 s away, from 220 to 1,060 (half to twice the smoothed wait), less the seconds since
+    assert re.search(r" ~[78]m \([34]m-1[78]m\) ", row), row
+    shown = run_cli("show", str(waiting.pk), env=env)
+    assert re.search(r"expected_start +~[78]m \([34]m-1[78]m\)", shown.stdout), shown.stdout
+    assert "3 past runs of this job's name" in shown.stdout
