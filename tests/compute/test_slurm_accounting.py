@@ -42,3 +42,25 @@ def test_an_association_waits_for_a_change_under_way_and_is_made_after_it(slurm_
         backend.account_remove(account=account)
         backend.account_remove(account=parent)
     assert associations(account) == []
+
+
+def test_accounts_are_made_on_this_cluster_only(slurm_cluster):  # noqa: F811
+    """One slurmdbd often serves several clusters: the tenant's and project's accounts and the
+    user's association are made on the cluster's own (its slurm.conf's ClusterName), not on
+    every cluster the database knows."""
+    backend = for_cluster(slurm_cluster)
+    other = shared_name("torus-other")
+    parent, account = shared_name("t-onecluster"), shared_name("p-onecluster")
+    user = shared_name("onecluster-user")
+    slurm("sacctmgr", "-i", "add", "cluster", other)
+    try:
+        backend.ensure_association(user=user, account=account, parent=parent)
+        clusters = slurm(
+            "sacctmgr", "-n", "-P", "show", "assoc", "where", f"account={account}",
+            "format=cluster,user",
+        ).split()  # fmt: skip
+        assert sorted(set(clusters)) == ["torus|", f"torus|{user}"]  # the account, the user
+    finally:
+        backend.account_remove(account=account)
+        backend.account_remove(account=parent)
+        slurm("sacctmgr", "-i", "delete", "cluster", other, check=False)

@@ -177,6 +177,20 @@ class SlurmBackend:
             raise SubmitRejected(message)
         return result.stdout
 
+    def _on_this_cluster(self) -> list[str]:
+        """`cluster=<ClusterName>` from the cluster's slurm.conf: sacctmgr adds an account or
+        a user to every cluster of the accounting database otherwise (one slurmdbd commonly
+        serves several clusters). [] when slurm.conf names none."""
+        try:
+            with open(self.slurm_conf or "/etc/slurm/slurm.conf") as conf:
+                for line in conf:
+                    key, _, value = line.partition("=")
+                    if key.strip().lower() == "clustername" and value.strip():
+                        return [f"cluster={value.split('#')[0].strip()}"]
+        except OSError:
+            pass
+        return []
+
     @contextlib.contextmanager
     def _accounting_change(self) -> Iterator[None]:
         """One change to slurmdbd's associations at a time on this host. slurmdbd 22.05
@@ -362,11 +376,12 @@ class SlurmBackend:
         user's association with the project's: slurmdbd then accounts, limits and fair-shares
         by tenant (AccountingStorageEnforce=associations refuses jobs without one)."""
         errors = []
+        here = self._on_this_cluster()
         with self._accounting_change():
             for argv in (
-                ["sacctmgr", "-i", "add", "account", parent, "parent=root"],
-                ["sacctmgr", "-i", "add", "account", account, f"parent={parent}"],
-                ["sacctmgr", "-i", "add", "user", user, f"account={account}"],
+                ["sacctmgr", "-i", "add", "account", parent, "parent=root", *here],
+                ["sacctmgr", "-i", "add", "account", account, f"parent={parent}", *here],
+                ["sacctmgr", "-i", "add", "user", user, f"account={account}", *here],
             ):
                 try:  # exits 1 with "Nothing new added." for what exists already
                     self._run(argv)
@@ -374,7 +389,7 @@ class SlurmBackend:
                     errors.append(str(exc))
         found = self._run(
             ["sacctmgr", "-n", "-P", "show", "assoc", "where", f"user={user}",
-             f"account={account}", "format=user"]
+             f"account={account}", *here, "format=user"]
         )  # fmt: skip
         if user not in found.split():
             raise SubmitRejected(f"no Slurm association for {user} in {account}: {errors}")
