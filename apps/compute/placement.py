@@ -34,7 +34,18 @@ def choose_placement(
     *, resources: dict, needs_containers: bool = False, clusters: list[Cluster] | None = None
 ) -> tuple[Cluster, str]:
     """The first cluster/partition among `clusters` (default: candidate_clusters()) with
-    enough nodes that each fit the per-node request.
+    enough nodes that each fit the per-node request (placements_fitting's first)."""
+    return placements_fitting(
+        resources=resources, needs_containers=needs_containers, clusters=clusters
+    )[0]
+
+
+def placements_fitting(
+    *, resources: dict, needs_containers: bool = False, clusters: list[Cluster] | None = None
+) -> list[tuple[Cluster, str]]:
+    """Every cluster among `clusters` (default: candidate_clusters()) that can run the job,
+    each with its first partition (the default first) whose nodes fit the per-node request,
+    in the clusters' order.
 
     Raises a (400) ValidationError naming `resources` when nothing could ever run the job, and
     `environment.image` when it asks for a container where none runs.
@@ -68,7 +79,10 @@ def choose_placement(
         partitions = partitions.filter(name=wanted)
         if not partitions.exists():
             raise ValidationError({"resources": {"partition": [f"No partition {wanted!r}."]}})
+    fitting: dict = {}  # cluster id -> its first partition that fits
     for partition in partitions:
+        if partition.cluster_id in fitting:
+            continue
         nodes = [
             n
             for n in nodes_by_cluster.get(partition.cluster_id, [])
@@ -78,7 +92,9 @@ def choose_placement(
             partition.max_time_minutes and resources["time_limit"] > partition.max_time_minutes
         )
         if len(nodes) >= resources["nodes"] and not too_long:
-            return partition.cluster, partition.name
+            fitting[partition.cluster_id] = partition.name
+    if fitting:
+        return [(c, fitting[c.pk]) for c in clusters if c.pk in fitting]
     r = resources
     kind = f"{r['accelerator']}:{r['gpu_type']}" if r.get("gpu_type") else r["accelerator"]
     raise ValidationError(

@@ -200,6 +200,7 @@ def _refresh(*, cluster_id, now: datetime | None) -> dict:
     residuals = [float(r) for r in client.lrange(_key("residuals", cluster_id), 0, -1)]
     factors, calibrated = _scale(residuals)
     meta = {"computed_at": clock, "factors": factors, "bases": list(bases), "range": calibrated}
+    meta["pools"] = _pool_summaries(pools, running, model_jobs, starts, clock=clock)
     estimates = {META: json.dumps(meta, ensure_ascii=False)}
     firsts = {}
     for index, job in enumerate(order):
@@ -216,6 +217,73 @@ def _refresh(*, cluster_id, now: datetime | None) -> dict:
     _store(client, cluster_id=cluster_id, estimates=estimates, firsts=firsts)
     estimated = len(estimates) - 1 - sum(1 for reason in cannot if reason)
     return {"waiting": len(waiting), "estimated": estimated, "learned": learned}
+
+
+def _pool_summaries(pools: dict, running: list, waiting: list, starts: dict, *, clock) -> dict:
+    """Per partition, for placing a new job (soonest): what is free once the jobs that start
+    now have started, when its queue is predicted to have started its last job, and how many
+    wait there."""
+    summaries = {
+        name: {"free": [pool.gpus, pool.cpus], "drain_at": clock, "waiting": 0}
+        for name, pool in pools.items()
+    }
+    for job in running:
+        if job.pool in summaries:
+            free = summaries[job.pool]["free"]
+            free[0], free[1] = free[0] - job.gpus, free[1] - job.cpus
+    for job in waiting:
+        summary, start = summaries[job.pool], starts.get(job.key)
+        summary["waiting"] += 1
+        if start is None:
+            continue
+        if start <= clock:
+            free = summary["free"]
+            free[0], free[1] = free[0] - job.gpus, free[1] - job.cpus
+        summary["drain_at"] = max(summary["drain_at"], start)
+    return summaries
+
+
+def soonest(*, options: list[tuple], gpus: int, cpus: int) -> tuple[int, str]:
+    """Which of `options` ((cluster, partition) pairs) a new job needing `gpus` and `cpus`
+    is expected to start on soonest, from the last pass's summaries (one Redis round trip),
+    and why, in words: at once where enough is free, else behind the partition's queue."""
+    client = redis_client()
+    metas = [None] * len(options)
+    if client is not None:
+        with client.pipeline(transaction=False) as pipe:
+            for cluster, _ in options:
+                pipe.hget(_key("now", cluster.pk), META)
+            metas = pipe.execute()
+    now = timezone.now().timestamp()
+    waits, words = [], []
+    for (cluster, partition), meta in zip(options, metas, strict=True):
+        pool = json.loads(meta).get("pools", {}).get(partition) if meta else None
+        where = f"{cluster.name}/{partition}"
+        if not cluster.healthy:
+            waits.append(math.inf)
+            words.append(f"{where} does not answer")
+        elif pool is None:
+            waits.append(math.inf)
+            words.append(f"{where} not estimated yet")
+        elif pool["free"][0] >= gpus and pool["free"][1] >= cpus:
+            waits.append(0.0)
+            words.append(f"{where} at once ({pool['free'][0]} GPUs free)")
+        else:
+            wait = max(0.0, pool["drain_at"] - now)
+            waits.append(wait)
+            words.append(f"{where} in ~{_minutes(wait)} (behind {pool['waiting']} waiting)")
+    best = min(range(len(options)), key=lambda i: (waits[i], i))
+    others = "; ".join(words[i] for i in range(len(options)) if i != best)
+    return best, f"expected to start soonest here: {words[best]}; elsewhere: {others}"
+
+
+def _minutes(seconds: float) -> str:
+    minutes = seconds / 60
+    if minutes < 90:
+        return f"{max(1, round(minutes))} min"
+    if minutes < 48 * 60:
+        return f"{round(minutes / 60)} h"
+    return f"{round(minutes / 1440)} d"
 
 
 def estimates_read(*, jobs) -> dict[str, dict]:
@@ -294,13 +362,10 @@ def _store(client, *, cluster_id, estimates: dict, firsts: dict) -> None:
     of a pass); add the first predictions of the jobs new to the queue."""
     now_key, first_key = _key("now", cluster_id), _key("first", cluster_id)
     with client.pipeline(transaction=False) as pipe:
-        if len(estimates) > 1:  # (more than the meta field)
-            temporary = f"{now_key}:next"
-            pipe.delete(temporary)
-            pipe.hset(temporary, mapping=estimates)
-            pipe.rename(temporary, now_key)
-        else:
-            pipe.delete(now_key)
+        temporary = f"{now_key}:next"  # (always the meta field: read by soonest)
+        pipe.delete(temporary)
+        pipe.hset(temporary, mapping=estimates)
+        pipe.rename(temporary, now_key)
         for job_id, first in firsts.items():  # (never over the first one)
             pipe.hsetnx(first_key, job_id, first)
         pipe.execute()

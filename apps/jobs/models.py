@@ -38,6 +38,8 @@ class Job(TenantModel):
         "compute.Cluster", null=True, blank=True, on_delete=models.PROTECT, related_name="jobs"
     )
     partition = models.CharField(max_length=64, blank=True, default="")
+    # why it went to that cluster, in words (apps/jobs/services._placement)
+    placement_reason = models.TextField(blank=True, default="")
     restart_count = models.PositiveIntegerField(default=0)
     cancel_requested = models.BooleanField(default=False)
     checkpoint_dir = models.CharField(max_length=1024, blank=True, default="")

@@ -10,11 +10,13 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.utils import timezone
 
-from apps.compute.placement import candidate_clusters, choose_placement
+from apps.compute.models import Cluster
+from apps.compute.placement import candidate_clusters, placements_fitting
 from apps.core.actor import Actor
 from apps.core.exceptions import Conflict
 from apps.core.statements import insert_together
 from apps.jobs import admission, paths, submit_cache
+from apps.jobs.estimates import soonest
 from apps.jobs.inference import model_resolve
 from apps.jobs.models import ATTEMPT_ENDED, AttemptState, Job, JobAttempt, JobEvent
 from apps.jobs.spec import image_check, normalise, paths_check, secrets_check, totals
@@ -81,7 +83,7 @@ def jobs_create(*, actor: Actor, items: list[tuple[Project, dict]]) -> list[Subm
         )
         if spec.get("model"):  # pinned to the version the name or alias means now
             spec["model"] = str(model_resolve(actor=actor, project=project, ref=spec["model"]).pk)
-        cluster, partition = _placement(spec=spec, project=project, gens=gens, seen=placements)
+        cluster, partition, why = _placement(spec=spec, project=project, gens=gens, seen=placements)
         image_check(spec=spec, tenant=project.tenant, cluster=cluster)
         job = Job(
             tenant=project.tenant,
@@ -94,6 +96,7 @@ def jobs_create(*, actor: Actor, items: list[tuple[Project, dict]]) -> list[Subm
             priority=spec["priority"],
             cluster=cluster,
             partition=partition,
+            placement_reason=why,
             **totals(spec),
         )
         job.checkpoint_dir = str(paths.checkpoint_dir(job))
@@ -150,27 +153,43 @@ def jobs_create(*, actor: Actor, items: list[tuple[Project, dict]]) -> list[Subm
     ]
 
 
-def _placement(*, spec: dict, project: Project, gens, seen: dict) -> tuple:
-    """(cluster, partition) for a spec: once per shape in a request, from the process's cache
-    across requests."""
+def _placement(*, spec: dict, project: Project, gens, seen: dict) -> tuple[Cluster, str, str]:
+    """(cluster, partition, why there) for a spec. Where it can go is found once per shape in
+    a request (and kept in the process's cache across requests); among several clusters, the
+    one where it is expected to start soonest (estimates.soonest), read once per request."""
     named = spec.get("cluster")
-    where = (
-        ("named", named)
-        if named
-        else ("cluster", project.default_cluster_id or project.tenant.default_cluster_id)
-    )
+    default = project.default_cluster_id or project.tenant.default_cluster_id
+    where = ("named", named) if named else ("cluster", default)
     key = (repr(spec["resources"]), spec["environment"]["type"] == "container", where)
     if key not in seen:
-        seen[key] = submit_cache.placement(
+        options = submit_cache.placement(
             gens,
             key,
-            lambda: choose_placement(
+            lambda: placements_fitting(
                 resources=spec["resources"],
                 needs_containers=key[1],
                 clusters=candidate_clusters(named=named, project=project),
             ),
         )
+        if len(options) > 1:
+            needs = totals(spec)
+            index, why = soonest(options=options, gpus=needs["gpus"], cpus=needs["cpus"])
+        else:
+            index, why = 0, _why_only(options[0][0], named=named, project=project)
+        seen[key] = (*options[index], why)
     return seen[key]
+
+
+def _why_only(cluster: Cluster, *, named, project: Project) -> str:
+    if named:
+        return f"the spec names {cluster.name}"
+    if project.default_cluster_id:
+        return f"{cluster.name} is the project's default cluster"
+    if project.tenant.default_cluster_id:
+        return f"{cluster.name} is the tenant's default cluster"
+    if cluster.is_default:
+        return f"{cluster.name} is the platform's default cluster"
+    return f"{cluster.name} is the only cluster that can run it"
 
 
 def job_cancel(*, actor: Actor, job: Job) -> Job:

@@ -91,17 +91,17 @@ def generations(*, tenant_ids) -> dict | None:
 
 
 def placement(gens: dict | None, key: tuple, load):
-    """The (cluster, partition) for `key` (what placement depends on): the cached one while
-    the `placement` counter stands, else `load()`; refusals (exceptions) are not kept."""
+    """Where a job of `key` (what placement depends on) can go, as `load()` gives it (the
+    fitting (cluster, partition) pairs): the cached value while the `placement` counter
+    stands, else `load()`; refusals (exceptions) are not kept."""
     if gens is None:
         return load()
     cached = _placements.get(key, gens[PLACEMENT])
     if cached is not None:
-        cluster, partition = pickle.loads(cached)  # noqa: S301 (pickled by this process)
-        return cluster, partition
-    cluster, partition = load()
-    _placements.put(key, pickle.dumps((cluster, partition)), gens[PLACEMENT])
-    return cluster, partition
+        return pickle.loads(cached)  # noqa: S301 (pickled by this process)
+    found = load()
+    _placements.put(key, pickle.dumps(found), gens[PLACEMENT])
+    return found
 
 
 def has_quotas(gens: dict | None, tenant_id, load) -> bool:

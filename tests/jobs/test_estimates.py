@@ -17,8 +17,9 @@ from apps.jobs.estimates import _key, estimates_refresh
 from apps.jobs.models import AttemptState, Job
 from apps.quotas.models import Quota
 from apps.tenancy.models import Role
-from tests.factories import make_job
+from tests.factories import ClusterFactory, make_job
 from tests.jobs.conftest import drive, submit
+from tests.jobs.test_admission import post
 from tests.sdk.cli import run_cli
 
 pytestmark = pytest.mark.django_db
@@ -261,3 +262,43 @@ def test_the_cli_lists_the_expected_start(live_server, acme, cluster):
     shown = run_cli("show", str(waiting.pk), env=env)
     assert re.search(r"expected_start +~[78]m \([34]m-1[78]m\)", shown.stdout), shown.stdout
     assert "3 past runs of this job's name" in shown.stdout
+
+
+def test_a_spec_without_a_cluster_goes_where_it_starts_soonest_and_says_why(acme, cluster):
+    """Two default clusters (rows only): `cluster` is full with a job waiting, `other` idle;
+    a job naming no cluster goes to `other`, and its page says why."""
+    other = ClusterFactory(name=f"other-{cluster.name}")
+    running(acme, cluster, name="a", gpus_per_node=4, nodes=2, ran=0)
+    make_job(project=acme.project, user=acme.users[Role.MEMBER], state="QUEUED", cluster=cluster)
+    for each in (cluster, other):
+        estimates_refresh(cluster_id=each.pk)
+    body = post(acme, Role.MEMBER, acme.project, gpus=2)
+    assert body["cluster"] == other.name
+    assert body["placement_reason"] == (
+        f"expected to start soonest here: {other.name}/gpu at once (8 GPUs free);"
+        f" elsewhere: {cluster.name}/gpu in ~2 h (behind 1 waiting)"
+    )
+    assert (
+        detail(acme, Job.objects.get(pk=body["id"]))["placement_reason"] == body["placement_reason"]
+    )
+    # filled in turn, `other` is behind: the next job of the same shape goes back
+    running(acme, other, name="b", gpus_per_node=4, nodes=2, ran=0)
+    for _ in range(3):
+        make_job(project=acme.project, user=acme.users[Role.MEMBER], state="QUEUED", cluster=other)
+    Job.objects.filter(cluster=cluster).update(state="SUCCEEDED")
+    for each in (cluster, other):
+        estimates_refresh(cluster_id=each.pk)
+    again = post(acme, Role.MEMBER, acme.project, gpus=2)
+    assert again["cluster"] == cluster.name
+    assert again["placement_reason"].startswith(
+        f"expected to start soonest here: {cluster.name}/gpu"
+    )
+
+
+def test_a_named_or_default_cluster_says_so(acme, cluster):
+    body = post(acme, Role.MEMBER, acme.project, gpus=1, cluster=cluster.name)
+    assert body["placement_reason"] == f"the spec names {cluster.name}"
+    acme.project.default_cluster = cluster
+    acme.project.save()
+    body = post(acme, Role.MEMBER, acme.project, gpus=1)
+    assert body["placement_reason"] == f"{cluster.name} is the project's default cluster"

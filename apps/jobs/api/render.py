@@ -35,6 +35,7 @@ def job_row(job) -> dict:
         "memory_mb": job.memory_mb,
         "cluster": job.cluster.name if job.cluster_id else None,
         "partition": job.partition,
+        "placement_reason": job.placement_reason,
         "restart_count": job.restart_count,
         "cancel_requested": job.cancel_requested,
         "checkpoint_dir": job.checkpoint_dir,

@@ -147,6 +147,7 @@ class JobSerializer(serializers.ModelSerializer):
             "memory_mb",
             "cluster",
             "partition",
+            "placement_reason",
             "restart_count",
             "cancel_requested",
             "checkpoint_dir",

@@ -2594,6 +2594,7 @@ export interface components {
             readonly memory_mb: number;
             readonly cluster: string | null;
             readonly partition: string;
+            readonly placement_reason: string;
             readonly restart_count: number;
             readonly cancel_requested: boolean;
             readonly checkpoint_dir: string;
@@ -2670,6 +2671,7 @@ export interface components {
             readonly memory_mb: number;
             readonly cluster: string | null;
             readonly partition: string;
+            readonly placement_reason: string;
             readonly restart_count: number;
             readonly cancel_requested: boolean;
             readonly checkpoint_dir: string;

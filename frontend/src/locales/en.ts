@@ -265,6 +265,7 @@ export const en = {
   "job.metrics": "Metrics",
   "job.attempts": "Attempts",
   "job.waiting": "Waiting",
+  "job.placedBecause": "why here:",
   "job.position": "Position in line",
   "job.cancel": "Cancel",
   "job.restart": "Restart",

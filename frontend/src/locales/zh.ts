@@ -267,6 +267,7 @@ export const zh: Record<keyof typeof en, string> = {
   "job.metrics": "指标",
   "job.attempts": "尝试",
   "job.waiting": "等待中",
+  "job.placedBecause": "选择原因：",
   "job.position": "排队位置",
   "job.cancel": "取消",
   "job.restart": "重启",

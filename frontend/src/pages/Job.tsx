@@ -285,6 +285,12 @@ export default function JobPage() {
                   </Descriptions.Item>
                   <Descriptions.Item label={t("jobs.cluster")}>
                     {j.cluster} {j.partition}
+                    {j.placement_reason && (
+                      <Typography.Text type="secondary" data-testid="placement-reason">
+                        {" "}
+                        · {t("job.placedBecause")} {j.placement_reason}
+                      </Typography.Text>
+                    )}
                   </Descriptions.Item>
                   <Descriptions.Item label={t("common.created")}>{fmtTime(j.created_at)}</Descriptions.Item>
                   <Descriptions.Item label="started">{fmtTime(j.started_at)}</Descriptions.Item>
