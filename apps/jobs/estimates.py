@@ -173,21 +173,26 @@ def _refresh(*, cluster_id, now: datetime | None) -> dict:
     bases: dict[str, int] = {}  # basis words -> their number in the meta field
     basis_of, cannot, model_jobs = [], [], []
     predicted, refused = {}, {}  # by shape: most jobs share theirs with many others
+    waiting_model = queue_model.Waiting
     for index, job in enumerate(order):
         shape = (job.user_id, job.project_id, job.name, job.spec["resources"]["time_limit"])
-        if shape not in predicted:
+        known_shape = predicted.get(shape)
+        if known_shape is None:
             seconds, words = runtimes.predicted_seconds(job, known)
-            predicted[shape] = seconds, bases.setdefault(words, len(bases))
-        seconds, basis = predicted[shape]
-        basis_of.append(basis)
-        shape = (*shape[:2], job.tenant, job.partition, job.gpus, job.cpus, job.memory_mb)
-        shape = (*shape, job.state == State.PENDING and job.state_reason)
-        if shape not in refused:
-            refused[shape] = _cannot_start(job, pools, quotas.get(job.tenant, []))
-        cannot.append(refused[shape])
-        if not cannot[index]:
+            known_shape = predicted[shape] = seconds, bases.setdefault(words, len(bases))
+        basis_of.append(known_shape[1])
+        if job.tenant in quotas or job.state == State.PENDING:  # (else only the pool can)
+            shape = (*shape[:2], job.tenant, job.partition, job.gpus, job.cpus, job.memory_mb)
+            shape = (*shape, job.state == State.PENDING and job.state_reason)
+            if shape not in refused:
+                refused[shape] = _cannot_start(job, pools, quotas.get(job.tenant, []))
+            reason = refused[shape]
+        else:
+            reason = _too_big(job, pools.get(job.partition))
+        cannot.append(reason)
+        if not reason:
             model_jobs.append(
-                queue_model.Waiting(index, job.partition, job.tenant, job.gpus, job.cpus, seconds)
+                waiting_model(index, job.partition, job.tenant, job.gpus, job.cpus, known_shape[0])
             )
     starts = queue_model.simulate(
         now=clock,
@@ -460,9 +465,7 @@ def _held_elsewhere(cluster_id, tenants: set[str]) -> dict:
     return {str(row["tenant_id"]): row["gpus"] or 0 for row in rows}
 
 
-def _cannot_start(job: Queued, pools: dict, quotas: list[Quota]) -> str:
-    """Why waiting will never start the job, in words; '' when it can start in time."""
-    pool = pools.get(job.partition)
+def _too_big(job: Queued, pool: queue_model.Pool | None) -> str:
     if pool is None:
         return f"partition {job.partition!r} is not in the cluster's inventory"
     if job.gpus > pool.gpus or job.cpus > pool.cpus:
@@ -470,6 +473,14 @@ def _cannot_start(job: Queued, pools: dict, quotas: list[Quota]) -> str:
             f"partition {job.partition} has {pool.gpus} GPUs and {pool.cpus} CPUs on healthy"
             f" nodes; this job needs {job.gpus} and {job.cpus}"
         )
+    return ""
+
+
+def _cannot_start(job: Queued, pools: dict, quotas: list[Quota]) -> str:
+    """Why waiting will never start the job, in words; '' when it can start in time."""
+    too_big = _too_big(job, pools.get(job.partition))
+    if too_big:
+        return too_big
     for quota in quotas:
         if (quota.project_id and str(quota.project_id) != job.project_id) or (
             quota.user_id and quota.user_id != job.user_id

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 # bf_max_job_test is per pass; this is per simulated event, so smaller).
 BACKFILL_DEPTH = 8
 # The clock moves by at least this much per event.
-RESOLUTION_SECONDS = 30.0
+RESOLUTION_SECONDS = 60.0
 
 
 @dataclass(slots=True)
