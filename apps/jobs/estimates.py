@@ -35,7 +35,7 @@ from apps.compute.backends.slurm_words import node_healthy
 from apps.compute.models import Cluster, Node, Partition
 from apps.core import telemetry
 from apps.core.generations import counter_key, redis_client
-from apps.jobs import queue_model, runtimes
+from apps.jobs import extras, queue_model, runtimes
 from apps.jobs.admission import RESOURCES, quota_scope
 from apps.jobs.models import AttemptState, Job, JobAttempt
 from apps.jobs.priority import in_order
@@ -155,7 +155,9 @@ def _refresh(*, cluster_id, now: datetime | None) -> dict:
     last = client.hget(_key("now", cluster_id), META)
     since = json.loads(last)["computed_at"] if last else None
     learned = _learn(client, cluster_id=cluster_id, cluster_name=name or "", since=since)
-    _forget_gone(client, cluster_id=cluster_id, waiting={j.id for j in waiting})
+    ids = {j.id for j in waiting}
+    _forget_gone(client, cluster_id=cluster_id, waiting=ids)
+    overdue = waiting_too_long(client, cluster_id=cluster_id, waiting=ids, clock=clock)
     known = runtimes.history(now=now)
     pools = _pools(cluster_id)
     quotas = _quotas({job.tenant for job in waiting})
@@ -220,6 +222,8 @@ def _refresh(*, cluster_id, now: datetime | None) -> dict:
             p10, _, p90 = _range(clock, wait, factors)
             firsts[job.id] = f"{clock:.1f} {wait:.1f} {p10:.0f} {p90:.0f}"
     _store(client, cluster_id=cluster_id, estimates=estimates, firsts=firsts)
+    if overdue:  # told after the pass's writes (a notifier that fails loses no estimate)
+        extras.overdue(job_ids=overdue)
     estimated = len(estimates) - 1 - sum(1 for reason in cannot if reason)
     return {"waiting": len(waiting), "estimated": estimated, "learned": learned}
 
@@ -373,6 +377,9 @@ def _store(client, *, cluster_id, estimates: dict, firsts: dict) -> None:
         pipe.rename(temporary, now_key)
         for job_id, first in firsts.items():  # (never over the first one)
             pipe.hsetnx(first_key, job_id, first)
+        if firsts:  # when each is overdue: its first p90 (waiting_too_long)
+            due = {job_id: float(first.split()[3]) for job_id, first in firsts.items()}
+            pipe.zadd(_key("due", cluster_id), due, nx=True)
         pipe.execute()
 
 
@@ -408,6 +415,7 @@ def _learn(client, *, cluster_id, cluster_name: str, since: float | None) -> int
                 pipe.lpush(residuals_key, *residuals)
                 pipe.ltrim(residuals_key, 0, RESIDUALS_KEPT - 1)
             pipe.hdel(first_key, *learned)
+            pipe.zrem(_key("due", cluster_id), *learned)
             pipe.execute()
     return len(residuals)
 
@@ -421,6 +429,18 @@ def _forget_gone(client, *, cluster_id, waiting: set[str]) -> None:
     gone = [key for key in client.hkeys(first_key) if key.decode() not in waiting]
     if gone:
         client.hdel(first_key, *gone)
+        client.zrem(_key("due", cluster_id), *gone)
+
+
+def waiting_too_long(client, *, cluster_id, waiting: set[str], clock: float) -> list[str]:
+    """The jobs still waiting past the p90 first predicted for them, each once (taken off the
+    cluster's due set as they are returned; one that left the queue meanwhile is dropped)."""
+    due_key = _key("due", cluster_id)
+    due = [key.decode() for key in client.zrangebyscore(due_key, "-inf", clock)]
+    if not due:
+        return []
+    client.zrem(due_key, *due)
+    return [job_id for job_id in due if job_id in waiting]
 
 
 def _pools(cluster_id) -> dict[str, queue_model.Pool]:

@@ -1,7 +1,8 @@
 """What apps above jobs add to jobs without jobs importing them, registered from their
-AppConfig.ready() (logs registers all three): announcers of committed state changes (the
-live viewers), annotations of the API's job rows (the failure signatures matched) and a job's
-latest metrics (for a model version registered from the job)."""
+AppConfig.ready(): announcers of committed state changes (the live viewers, notifications),
+annotations of the API's job rows (the failure signatures matched), a job's latest metrics
+(for a model version registered from the job), and who is told of jobs waiting longer than
+expected (notifications)."""
 
 import logging
 from collections.abc import Callable
@@ -12,6 +13,7 @@ logger = logging.getLogger(__name__)
 _announcers: dict[str, Callable[..., None]] = {}
 _annotations: dict[str, Callable[[], Any]] = {}
 _latest_metrics: dict[str, Callable[..., dict]] = {}
+_overdue: dict[str, Callable[..., None]] = {}
 
 
 def _name(fn: Callable) -> str:
@@ -53,3 +55,17 @@ def latest_metrics(*, job) -> dict:
     for read in list(_latest_metrics.values()):
         metrics.update(read(job=job))
     return metrics
+
+
+def overdue_register(notify: Callable[..., None]) -> None:
+    """`notify(job_ids=[...])` runs when jobs wait past the p90 first predicted for them
+    (apps/jobs/estimates.py), once per job."""
+    _overdue[_name(notify)] = notify
+
+
+def overdue(*, job_ids: list[str]) -> None:
+    for name, notify in list(_overdue.items()):
+        try:
+            notify(job_ids=job_ids)
+        except Exception:
+            logger.exception("%s failed on %d jobs waiting too long", name, len(job_ids))

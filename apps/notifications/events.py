@@ -12,7 +12,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from apps.jobs.models import JobEvent
+from apps.jobs.models import Job, JobEvent
 from apps.jobs.states import State
 from apps.notifications.models import Event, Notification, NotificationState, Subscription
 from apps.tenancy.models import Membership
@@ -36,6 +36,38 @@ def job_events_notify(*, events: list[JobEvent]) -> None:
     if not wanted:
         return
     jobs = {e.job_id: e.job for e, _ in wanted}
+    items = [
+        (jobs[e.job_id], kind, item_of(event=e, kind=kind, job=jobs[e.job_id]))
+        for e, kind in wanted
+    ]
+    _notify(jobs=jobs, items=items)
+
+
+def jobs_overdue_notify(*, job_ids: list[str]) -> None:
+    """Jobs still waiting past the p90 first predicted for their start (apps/jobs/estimates.py
+    calls this once per job): `waiting_too_long`, with the reason it waits."""
+    jobs = {j.pk: j for j in Job.objects.filter(pk__in=job_ids).select_related("project")}
+    now = timezone.now().isoformat()
+    items = [
+        (job, Event.WAITING_TOO_LONG, {
+            "event": Event.WAITING_TOO_LONG.value,
+            "event_id": f"overdue-{job.pk}",
+            "job": str(job.pk),
+            "name": job.name,
+            "project": job.project.slug,
+            "state": job.state,
+            "reason": job.state_reason or f"waiting in the cluster's queue ({job.state})",
+            "at": now,
+        })
+        for job in jobs.values()
+    ]  # fmt: skip
+    _notify(jobs=jobs, items=items)
+
+
+def _notify(*, jobs: dict, items: list[tuple]) -> None:
+    """Each (job, event kind, item) to the subscriptions that want it."""
+    if not items:
+        return
     scope = Q(job_id__in=list(jobs)) | Q(
         job=None, project_id__in={j.project_id for j in jobs.values()}
     )
@@ -50,11 +82,10 @@ def job_events_notify(*, events: list[JobEvent]) -> None:
     if not subscriptions:
         return
     made = []
-    for event, kind in wanted:
-        job = jobs[event.job_id]
+    for job, kind, item in items:
         for subscription in subscriptions:
             if kind in subscription.events and _covers(subscription, job):
-                made.append(_add(subscription=subscription, job=job, event=event, kind=kind))
+                made.append(_add(subscription=subscription, job=job, item=item))
     for pk in {pk for pk in made if pk}:
         current_app.send_task("notifications.deliver", args=[str(pk)])
 
@@ -80,11 +111,10 @@ def item_of(*, event: JobEvent, kind: str, job) -> dict:
     }
 
 
-def _add(*, subscription: Subscription, job, event: JobEvent, kind: str):
-    """The change as an item of the subscription's pending message about this job (or of its
+def _add(*, subscription: Subscription, job, item: dict):
+    """The item as one of the subscription's pending message about this job (or of its
     digest); a new message when there is none. Returns the notification's id."""
     now = timezone.now()
-    item = item_of(event=event, kind=kind, job=job)
     sent = Notification.objects.filter(subscription=subscription, state=NotificationState.SENT)
     hour = list(sent.filter(sent_at__gte=now - HOUR).order_by("sent_at").values_list("sent_at"))
     digest = len(hour) >= settings.TORUS_NOTIFY_HOURLY_LIMIT
@@ -106,7 +136,7 @@ def _add(*, subscription: Subscription, job, event: JobEvent, kind: str):
             last = sent.filter(job=job).order_by("-sent_at").values_list("sent_at", flat=True)
             last = last.first()
             not_before = max(now, last + MESSAGE_GAP) if last else now
-        key = f"{subscription.pk.hex[:16]}-{'digest' if digest else 'job'}-{event.pk.hex}"
+        key = f"{subscription.pk.hex[:16]}-{'digest' if digest else 'job'}-{item['event_id'].replace('-', '')}"
         try:
             with transaction.atomic():
                 made = Notification.objects.create(

@@ -16,6 +16,7 @@ VERBS = {
     "failed": "failed",
     "restarting": "is restarting",
     "cancelled": "was cancelled",
+    "waiting_too_long": "is waiting longer than expected",
 }
 
 

@@ -14,6 +14,7 @@ class Event(models.TextChoices):
     FAILED = "failed"  # and timed out; with the failure signatures and the last lines
     RESTARTING = "restarting"  # with the cause
     CANCELLED = "cancelled"
+    WAITING_TOO_LONG = "waiting_too_long"  # still waiting past its first expected start's p90
 
 
 class Channel(models.TextChoices):

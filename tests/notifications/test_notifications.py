@@ -14,6 +14,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from apps.core import telemetry
+from apps.jobs.estimates import estimates_refresh
 from apps.jobs.models import Job, JobAttempt
 from apps.jobs.transitions import job_transition
 from apps.notifications.models import Notification, Subscription
@@ -245,3 +246,27 @@ def test_a_job_of_a_project_outside_the_tenant_is_not_found(acme, globex, cluste
     )
     assert missing.status_code == 404
     assert not Subscription.objects.exists()
+
+
+def test_a_job_waiting_past_its_expected_start_is_told_once(acme, cluster, smtp_server):
+    """The estimate pass (apps/jobs/estimates.py) finds the job still waiting past the p90
+    first predicted for it: its owner is mailed `waiting_too_long` with why it waits, once."""
+    blocker = _job(acme, cluster, name="big")
+    blocker.attempts.create(number=1, state="RUNNING", started_at=timezone.now())
+    Job.objects.filter(pk=blocker.pk).update(gpus=8)  # the whole (8-GPU) partition
+    waiting = _job(acme, cluster, name="small", state="QUEUED")
+    sub = _subscribe(acme, events=["waiting_too_long"], channel="email", address="m@example.org")
+    now = timezone.now()
+    estimates_refresh(cluster_id=cluster.pk, now=now)  # first prediction: p90 ~4 h away
+    estimates_refresh(cluster_id=cluster.pk, now=now + timedelta(hours=1))
+    assert _pending(sub["id"]) == []  # not yet past its p90
+    estimates_refresh(cluster_id=cluster.pk, now=now + timedelta(hours=5))
+    [notification] = _pending(sub["id"])
+    assert deliver(str(notification.pk)) == "SENT"
+    [mail] = smtp_server.messages()
+    assert mail["Subject"] == "Torus: job small is waiting longer than expected"
+    assert (
+        f"Job small ({waiting.pk}) in {acme.project.slug} is waiting longer" in mail.get_payload()
+    )
+    estimates_refresh(cluster_id=cluster.pk, now=now + timedelta(hours=6))
+    assert _pending(sub["id"]) == []  # once

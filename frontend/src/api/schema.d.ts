@@ -3009,9 +3009,10 @@ export interface components {
          *     * `failed` - Failed
          *     * `restarting` - Restarting
          *     * `cancelled` - Cancelled
+         *     * `waiting_too_long` - Waiting Too Long
          * @enum {string}
          */
-        NotificationEventEnum: "started" | "succeeded" | "failed" | "restarting" | "cancelled";
+        NotificationEventEnum: "started" | "succeeded" | "failed" | "restarting" | "cancelled" | "waiting_too_long";
         /** @enum {unknown} */
         NullEnum: null;
         /**
