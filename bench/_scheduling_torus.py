@@ -9,7 +9,9 @@ import threading
 import time
 from pathlib import Path
 
+from _common import RESULTS
 from _scheduling_cluster import CLUSTER_NAME, PARTITION, PROJECT, BenchSlurm, log
+from _scheduling_estimates import EstimateSampler, estimate_report
 from _scheduling_replay import replay, slurm_runs, wait_done
 from _scheduling_trace import TENANTS
 
@@ -127,6 +129,7 @@ def start_platform(logdir: Path) -> tuple[int, list]:
 
 
 def torus_phase(slurm: BenchSlurm, ctx, plan, drain_s: float, port: int, label: str) -> dict:
+    from apps.compute.models import Cluster
     from apps.jobs.models import Job, JobEvent
     from apps.jobs.states import State
 
@@ -185,11 +188,18 @@ def torus_phase(slurm: BenchSlurm, ctx, plan, drain_s: float, port: int, label: 
         return reconnecting(lambda: waiting.filter(state__in=[State.PENDING, State.QUEUED]).count())
 
     warm_up(ctx, port, submit_spec=submit)
+    cluster_id = reconnecting(lambda: Cluster.objects.get(name=CLUSTER_NAME).pk)
+    sampler = EstimateSampler(slurm, cluster_id=cluster_id, prefix=prefix)
+    sampler.start()
     log(f"{label}: replaying {len(plan)} jobs through the API")
     t0, submitted = replay(plan, submit)
     deadline = t0 + max(j.arrival for j in plan) + drain_s
     wait_done(slurm, prefix, deadline, in_platform)
+    sampler.stop()
     end = min(time.time(), deadline)
+    names = {
+        str(pk): name for pk, name in reconnecting(lambda: list(waiting.values_list("id", "name")))
+    }
     never_dispatched = in_platform()
     slurm.cancel_prefix(prefix)
     reconnecting(lambda: torus_finish(ctx, prefix))
@@ -215,11 +225,16 @@ def torus_phase(slurm: BenchSlurm, ctx, plan, drain_s: float, port: int, label: 
             dispatch.append((submitted_at - queued).total_seconds() * 1000)
         if queued and (queued - created).total_seconds() > 1.0:
             held += 1
+    runs = slurm_runs(slurm, prefix, submitted, t0)
+    png = RESULTS / f"scheduling-{label}-expected-start-{time.strftime('%Y%m%dT%H%M%S')}.png"
+    expected = estimate_report(sampler, names=names, runs=runs, png=png)
+    log(f"{label}: expected starts: {json.dumps(expected)}")
     return {
         "t0": t0,
         "deadline": end,
-        "runs": slurm_runs(slurm, prefix, submitted, t0),
+        "runs": runs,
         "platform": {
+            "expected_start": expected,
             "submit_to_slurm_ms": _pcts(decision),
             "admitted_to_slurm_ms": _pcts(dispatch),
             "held_by_admission_over_1s": held,

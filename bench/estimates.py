@@ -5,8 +5,9 @@ control pass (apps/jobs/estimates.py; the aim: 10,000 waiting jobs in at most 20
 Torus: N waiting jobs (PENDING, QUEUED and SUBMITTED, of 4 tenants, two with GPU quotas) and
 400 running ones on a 64-node x 8-GPU cluster's rows, 5,000 ended attempts as history; the
 pass runs here, in this process, against the real PostgreSQL and Redis. CPU per pass by
-process: this one (the worker's share: the pass runs in a Celery worker), PostgreSQL, Redis. A pass reads the history once a
-minute, so both are given: a pass that reads it and one that does not.
+process: this one (the worker's share: the pass runs in a Celery worker), PostgreSQL, Redis.
+A pass reads the history once a minute, so both are given: a pass that reads it and one that
+does not.
 
 The peer, in the same run: Slurm's own start-time estimates (what `squeue --start` shows) come
 from its backfill scheduler's cycle; the emulated 64 x 8 cluster (slurm-bench) is filled, M jobs
@@ -107,9 +108,16 @@ def queue(ctx, cluster, *, jobs: int) -> None:
     ]  # fmt: skip
     for j in ended:
         started = now - timedelta(days=rng.uniform(1, 20))
-        attempts.append(JobAttempt(job=j, number=1, state=AttemptState.SUCCEEDED,
-                                   started_at=started,
-                                   ended_at=started + timedelta(seconds=rng.lognormvariate(7, 1.2))))  # fmt: skip
+        took = timedelta(seconds=rng.lognormvariate(7, 1.2))
+        attempts.append(
+            JobAttempt(
+                job=j,
+                number=1,
+                state=AttemptState.SUCCEEDED,
+                started_at=started,
+                ended_at=started + took,
+            )
+        )
     JobAttempt.objects.bulk_create(attempts, batch_size=2000)
     from django.db import connection
 
@@ -185,7 +193,9 @@ def slurm_peer(*, jobs: int) -> dict:
             estimated = sum(1 for line in out.splitlines() if "N/A" not in line)
         return {
             "waiting": jobs,
-            "backfill_cycle_ms": round(statistics.median(c["last_cycle_us"] for c in cycles) / 1000, 1),
+            "backfill_cycle_ms": round(
+                statistics.median(c["last_cycle_us"] for c in cycles) / 1000, 1
+            ),
             "backfill_depth": statistics.median(c["depth"] for c in cycles),
             "slurmctld_cpu_ms_per_cycle": round(statistics.median(c["cpu_ms"] for c in cycles), 1),
             "squeue_start": {
@@ -256,7 +266,7 @@ def main() -> int:
             "aim": {
                 "cpu_ms_per_pass_at_10000": 200,
                 "met": main_figures["history_cached"]["cpu_ms_total"] <= 200,
-            },  # fmt: skip
+            },
         }
         if peer:
             same = figures[args.peer_jobs]["history_cached"]

@@ -17,6 +17,7 @@ reason instead of a time. The results live in Redis, one hash per cluster replac
 pass: the API reads the page's jobs with one HMGET per cluster (estimates_read).
 """
 
+import bisect
 import contextlib
 import gc
 import json
@@ -44,6 +45,7 @@ from apps.quotas.models import Quota
 
 WAITING = (State.PENDING, State.QUEUED, State.SUBMITTED, State.RESTARTING)
 SMOOTH_SECONDS = 60.0  # S: a 10 s miss on a 5 s wait is not a 3x miss
+BINS = (60.0, 600.0, 3600.0)  # predicted waits calibrated apart: < 1 min, < 10 min, < 1 h, more
 CALIBRATION_MIN = 20
 RESIDUALS_KEPT = 1000
 UNCALIBRATED = (math.log(0.5), 0.0, math.log(2.0))
@@ -204,8 +206,7 @@ def _refresh(*, cluster_id, now: datetime | None) -> dict:
         tenant_limits=limits,
         tenant_held_elsewhere=_held_elsewhere(cluster_id, set(limits)),
     )
-    residuals = [float(r) for r in client.lrange(_key("residuals", cluster_id), 0, -1)]
-    factors, calibrated = _scale(residuals)
+    factors, calibrated = _calibration(client, cluster_id)
     meta = {"computed_at": clock, "factors": factors, "bases": list(bases), "range": calibrated}
     meta["pools"] = _pool_summaries(pools, running, model_jobs, starts, clock=clock)
     estimates = {META: json.dumps(meta, ensure_ascii=False)}
@@ -338,21 +339,40 @@ def _readable(stored: str, meta: dict) -> dict:
         "computed_at": computed_at,
         "basis": (
             f"the queue played forward, its run time from {meta['bases'][int(basis)]};"
-            f" running jobs' ends from their past runs; range {meta['range']}"
+            f" running jobs' ends from their past runs; range {meta['range'][_bin(float(wait))]}"
         ),
         "cannot_start": "",
     }
 
 
-def _range(clock: float, wait: float, factors) -> tuple[float, float, float]:
+def _range(clock: float, wait: float, factors_by_bin: list) -> tuple[float, float, float]:
     """p10, p50 and p90 of a start predicted `wait` seconds after `clock`: the wait, smoothed,
-    scaled by the calibration's factors (never before `clock`)."""
+    scaled by its bin's calibration factors (never before `clock`)."""
     smoothed = wait + SMOOTH_SECONDS
+    factors = factors_by_bin[_bin(wait)]
     return tuple(clock + max(0.0, smoothed * factor - SMOOTH_SECONDS) for factor in factors)
 
 
 def _iso(value) -> str:
     return datetime.fromtimestamp(float(value), UTC).isoformat()
+
+
+def _bin(wait: float) -> int:
+    """The calibration's bin of a predicted wait (Mondrian conformal: a start predicted for
+    now and one predicted hours away miss by different amounts, and the first are many)."""
+    return bisect.bisect_right(BINS, wait)
+
+
+def _calibration(client, cluster_id) -> tuple[list, list]:
+    """Per bin, the factors for p10, p50 and p90 and the words for where they come from: the
+    bin's residuals, or every bin's while the bin has too few."""
+    with client.pipeline(transaction=False) as pipe:
+        for index in range(len(BINS) + 1):
+            pipe.lrange(_key(f"residuals:{index}", cluster_id), 0, -1)
+        by_bin = [[float(r) for r in rows] for rows in pipe.execute()]
+    pooled = [r for rows in by_bin for r in rows]
+    found = [_scale(rows if len(rows) >= CALIBRATION_MIN else pooled) for rows in by_bin]
+    return [factors for factors, _ in found], [words for _, words in found]
 
 
 def _scale(residuals: list[float]) -> tuple[tuple, str]:
@@ -404,15 +424,16 @@ def _learn(client, *, cluster_id, cluster_name: str, since: float | None) -> int
         actual = started[job_id]
         if actual < at - 1:
             continue  # a start from before this wait
-        residuals.append(math.log((actual - at + SMOOTH_SECONDS) / (wait + SMOOTH_SECONDS)))
+        residual = math.log((actual - at + SMOOTH_SECONDS) / (wait + SMOOTH_SECONDS))
+        residuals.append((_bin(wait), residual))
         outcome = "early" if actual < p10 - 1 else "late" if actual > p90 + 1 else "within"
         telemetry.add(OUTCOMES, cluster=cluster_name, outcome=outcome)
     learned = [job_id for job_id, first in firsts.items() if first is not None]
     if learned:
         with client.pipeline(transaction=False) as pipe:
-            if residuals:
-                residuals_key = _key("residuals", cluster_id)
-                pipe.lpush(residuals_key, *residuals)
+            for index, residual in residuals:
+                residuals_key = _key(f"residuals:{index}", cluster_id)
+                pipe.lpush(residuals_key, residual)
                 pipe.ltrim(residuals_key, 0, RESIDUALS_KEPT - 1)
             pipe.hdel(first_key, *learned)
             pipe.zrem(_key("due", cluster_id), *learned)

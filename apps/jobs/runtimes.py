@@ -3,10 +3,11 @@
 Users set time limits far above what their jobs take (the trace's median job ends well within
 a tenth of its limit), so a queue played forward on time limits says "hours" for minutes.
 Instead: the median of the recent ended attempts of the same user, project and job name;
-failing that, of the same user and project; then of the project; at least MIN_RUNS each. A
+failing that, of the same user and project; then of the project; then of everyone's (a
+system-wide median guesses better than a user's limit); at least MIN_RUNS each. A
 running job's remaining time is the median of those past runs that lasted longer than it has
-run so far, less what it has run (it has outlived the short ones). Never past the time limit,
-where the cluster ends it.
+run so far, less what it has run (it has outlived the short ones; one that outlived its own
+is looked up among everyone's). Never past the time limit, where the cluster ends it.
 """
 
 import bisect
@@ -30,7 +31,7 @@ ENDED = (AttemptState.SUCCEEDED, AttemptState.FAILED, AttemptState.TIMEOUT)
 _cache: dict = {}  # "history" -> (read at, History)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Runs:
     seconds: list[float]  # sorted
     median: float
@@ -45,9 +46,10 @@ class History:
     by_name: dict  # (user id, project id as text, name) -> Runs
     by_user: dict  # (user id, project id) -> Runs
     by_project: dict  # project id -> Runs
+    everyone: Runs = NONE  # every recent run: better than a limit, if worse than one's own
 
     def runs_for(self, job) -> Runs:
-        """The past runs the prediction rests on (NONE: too few)."""
+        """The past runs the prediction rests on (`everyone` when its own are too few)."""
         for runs in (
             self.by_name.get((job.user_id, job.project_id, job.name)),
             self.by_user.get((job.user_id, job.project_id)),
@@ -55,7 +57,7 @@ class History:
         ):
             if runs is not None:
                 return runs
-        return NONE
+        return self.everyone
 
 
 def history(*, now=None) -> History:
@@ -75,9 +77,10 @@ def history(*, now=None) -> History:
         .values_list("job__user_id", Cast("job__project_id", CharField()), "job__name")
         .annotate(seconds=F("ended_at") - F("started_at"))[:HISTORY_ROWS]
     )
-    found = History(by_name={}, by_user={}, by_project={})
+    found, everyone = History(by_name={}, by_user={}, by_project={}), []
     for user_id, project_id, name, took in rows:  # (the id as text, as estimates' rows)
         seconds = max(took.total_seconds(), 1.0)
+        everyone.append(seconds)
         found.by_name.setdefault((user_id, project_id, name), []).append(seconds)
         found.by_user.setdefault((user_id, project_id), []).append(seconds)
         found.by_project.setdefault(project_id, []).append(seconds)
@@ -93,6 +96,10 @@ def history(*, now=None) -> History:
             seconds.sort()
             basis = f"{len(seconds)} past runs of {words}"
             table[key] = Runs(seconds, statistics.median(seconds), basis)
+    if len(everyone) >= MIN_RUNS:
+        everyone.sort()
+        basis = f"{len(everyone)} recent runs of everyone's (none of this project's)"
+        found.everyone = Runs(everyone, statistics.median(everyone), basis)
     _cache["history"] = (time.monotonic(), found)
     return found
 
@@ -119,8 +126,8 @@ def predicted_seconds(job, known: History) -> tuple[float, str]:
 def remaining_seconds(job, known: History, *, ran: float) -> float:
     """What a running job that has run `ran` seconds is predicted to run still."""
     left = max(limit_seconds(job) - ran, 0.0)
-    runs = known.runs_for(job).seconds
-    longer = runs[bisect.bisect_right(runs, ran) :]
-    if not longer:
-        return left  # it has outlived every similar run (or none is known): the limit bounds it
-    return min(max(statistics.median(longer) - ran, 0.0), left)
+    for runs in (known.runs_for(job).seconds, known.everyone.seconds):  # its own, then all
+        longer = runs[bisect.bisect_right(runs, ran) :]
+        if longer:
+            return min(max(statistics.median(longer) - ran, 0.0), left)
+    return left  # it has outlived every run known: the limit bounds it

@@ -169,7 +169,7 @@ def test_a_start_teaches_the_range_and_counts_toward_coverage(acme, cluster):
     before = _outcomes(cluster.name)
     counts = estimates_refresh(cluster_id=cluster.pk, now=now + timedelta(seconds=5))
     assert counts["learned"] == 1
-    residuals = redis_client().lrange(_key("residuals", cluster.pk), 0, -1)
+    residuals = redis_client().lrange(_key("residuals:3", cluster.pk), 0, -1)  # waits > 1 h
     assert [float(r) for r in residuals] == [pytest.approx(math.log(60 / (7200 + 60)), abs=0.02)]
     assert _outcomes(cluster.name)["early"] == before.get("early", 0) + 1  # long before p10
     assert detail(acme, waiting)["expected_start"] is None
@@ -186,8 +186,7 @@ def test_the_range_is_calibrated_once_enough_starts_were_seen(acme, cluster):
     # 40 past starts: half came at a third of the predicted wait, half at the prediction
     residuals = [math.log(1 / 3)] * 20 + [0.0] * 20
     client = redis_client()
-    client.delete(_key("residuals", cluster.pk))
-    client.rpush(_key("residuals", cluster.pk), *residuals)
+    client.rpush(_key("residuals:3", cluster.pk), *residuals)  # the bin of waits over an hour
     now = timezone.now()
     estimates_refresh(cluster_id=cluster.pk, now=now)
     expected = detail(acme, waiting)["expected_start"]
@@ -235,7 +234,8 @@ def test_on_slurm_a_job_held_by_the_quota_is_given_the_running_ones_end(acme, sl
     drive(second["id"])  # (control passes: they refresh the estimates too)
     estimates_refresh(cluster_id=slurm_cluster.pk)
     assert sum(_outcomes(slurm_cluster.name).values()) == before + 1  # its start, learned
-    assert redis_client().llen(_key("residuals", slurm_cluster.pk)) >= 1
+    learned = [_key(f"residuals:{n}", slurm_cluster.pk) for n in range(4)]
+    assert sum(redis_client().llen(key) for key in learned) >= 1
 
 
 @pytest.mark.django_db(transaction=True)
