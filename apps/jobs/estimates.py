@@ -36,7 +36,7 @@ from apps.compute.backends.slurm_words import node_healthy
 from apps.compute.models import Cluster, Node, Partition
 from apps.core import telemetry
 from apps.core.generations import counter_key, redis_client
-from apps.jobs import borrowing, extras, queue_model, runtimes
+from apps.jobs import extras, queue_model, runtimes
 from apps.jobs.admission import RESOURCES, quota_scope
 from apps.jobs.models import AttemptState, Job, JobAttempt
 from apps.jobs.priority import in_order
@@ -153,8 +153,7 @@ def _refresh(*, cluster_id, now: datetime | None) -> dict:
     now = now or timezone.now()
     clock = now.timestamp()
     waiting = _rows(Job.objects.filter(cluster_id=cluster_id, state__in=WAITING))
-    cluster = Cluster.objects.filter(pk=cluster_id).only("name", "config").first()
-    name = cluster.name if cluster else ""
+    name = Cluster.objects.filter(pk=cluster_id).values_list("name", flat=True).first() or ""
     last = client.hget(_key("now", cluster_id), META)
     since = json.loads(last)["computed_at"] if last else None
     learned = _learn(client, cluster_id=cluster_id, cluster_name=name, since=since)
@@ -165,8 +164,6 @@ def _refresh(*, cluster_id, now: datetime | None) -> dict:
     pools = _pools(cluster_id)
     quotas = _quotas({job.tenant for job in waiting})
     limits = {t: q.gpus for t, qs in quotas.items() for q in qs if _tenant_wide(q) and q.gpus}
-    if borrowing.enabled(cluster):  # a tenant past its quota borrows what is idle: the
-        limits = {}  # partitions' capacity is what holds its jobs
     running = []
     attempts = JobAttempt.objects.filter(job__cluster_id=cluster_id, state=AttemptState.RUNNING)
     started = dict(attempts.values_list(_text("job_id"), _epoch("started_at")))

@@ -9,10 +9,10 @@ tenant's GPU quota across the cluster, and EASY backfill (Slurm's sched/backfill
 same kind of reservation): the first job that does not fit is given the earliest time enough
 frees up, and a later job starts before it only if it fits now and either ends by then or
 uses what the reservation leaves over. A job held by its tenant's quota lets the others pass,
-as admission does (estimates.py passes no quotas where the cluster lends idle GPUs past
-them). Not modelled: which nodes (a job needing whole nodes may wait for fragmented GPUs to
-line up) and jobs that will be submitted later; the range that estimates.py puts around each
-start is calibrated on how far such effects made past predictions miss.
+as admission does. Not modelled: which nodes (a job needing whole nodes may wait for
+fragmented GPUs to line up), lending, and jobs that will be submitted later; the range that
+estimates.py puts around each start is calibrated on how far such effects made past
+predictions miss.
 """
 
 import bisect
