@@ -73,6 +73,21 @@ def running(world, cluster, *, name: str, gpus_per_node: int, nodes: int, ran: f
     return job
 
 
+def queued(world, cluster, *, state: str = "QUEUED", role=Role.MEMBER, **spec) -> Job:
+    """A waiting job of `world` on `cluster` (rows only)."""
+    return make_job(
+        project=world.project, user=world.users[role], state=state, cluster=cluster, **spec
+    )
+
+
+def behind_a_trained_blocker(world, cluster) -> Job:
+    """Three past 600 s runs of "train"; one running 100 s on the whole partition; a 4-GPU
+    "train" waiting behind it (500 s away)."""
+    past_runs(world, cluster, name="train", seconds=600)
+    running(world, cluster, name="train", gpus_per_node=4, nodes=2, ran=100)
+    return queued(world, cluster, name="train", gpus_per_node=4)
+
+
 def detail(world, job) -> dict:
     response = world.client(Role.VIEWER).get(reverse("job-detail", kwargs={"pk": job.pk}))
     assert response.status_code == 200
@@ -80,16 +95,8 @@ def detail(world, job) -> dict:
 
 
 def test_a_waiting_job_starts_when_the_running_one_is_expected_to_end(acme, cluster):
-    past_runs(acme, cluster, name="train", seconds=600)
-    blocker = running(acme, cluster, name="train", gpus_per_node=4, nodes=2, ran=100)
-    waiting = make_job(
-        project=acme.project,
-        user=acme.users[Role.MEMBER],
-        state="QUEUED",
-        cluster=cluster,
-        name="train",
-        gpus_per_node=4,
-    )
+    waiting = behind_a_trained_blocker(acme, cluster)
+    blocker = Job.objects.get(state="RUNNING", cluster=cluster)
     now = timezone.now()
     counts = estimates_refresh(cluster_id=cluster.pk, now=now)
     assert counts["waiting"] == 1 and counts["estimated"] == 1
@@ -111,12 +118,7 @@ def test_a_waiting_job_starts_when_the_running_one_is_expected_to_end(acme, clus
 
 def test_without_past_runs_the_time_limit_is_the_run_time(acme, cluster):
     running(acme, cluster, name="fresh", gpus_per_node=4, nodes=2, ran=60)
-    waiting = make_job(
-        project=acme.project,
-        user=acme.users[Role.MEMBER],
-        state="PENDING",
-        cluster=cluster,
-    )
+    waiting = queued(acme, cluster, state="PENDING")
     now = timezone.now()
     estimates_refresh(cluster_id=cluster.pk, now=now)
     expected = detail(acme, waiting)["expected_start"]
@@ -126,20 +128,10 @@ def test_without_past_runs_the_time_limit_is_the_run_time(acme, cluster):
 
 def test_a_job_that_cannot_start_says_why_instead_of_a_time(acme, cluster):
     Quota.objects.create(tenant=acme.tenant, gpus=2)
-    over = make_job(
-        project=acme.project,
-        user=acme.users[Role.MEMBER],
-        state="PENDING",
-        cluster=cluster,
-        gpus_per_node=4,
-    )
+    over = queued(acme, cluster, state="PENDING", gpus_per_node=4)
     Node.objects.filter(cluster=cluster, name="n2").update(state="DOWN+DRAIN")
-    big = make_job(
-        project=acme.project,
-        user=acme.users[Role.ADMIN],
-        state="QUEUED",
-        cluster=cluster,
-        resources={"gpus_per_node": 4, "nodes": 2},
+    big = queued(
+        acme, cluster, state="QUEUED", role=Role.ADMIN, resources={"gpus_per_node": 4, "nodes": 2}
     )
     estimates_refresh(cluster_id=cluster.pk)
     over_start = detail(acme, over)["expected_start"]
@@ -154,12 +146,7 @@ def test_a_job_that_cannot_start_says_why_instead_of_a_time(acme, cluster):
 
 def test_a_start_teaches_the_range_and_counts_toward_coverage(acme, cluster):
     blocker = running(acme, cluster, name="a", gpus_per_node=4, nodes=2, ran=0)
-    waiting = make_job(
-        project=acme.project,
-        user=acme.users[Role.MEMBER],
-        state="SUBMITTED",
-        cluster=cluster,
-    )
+    waiting = queued(acme, cluster, state="SUBMITTED")
     now = timezone.now()
     estimates_refresh(cluster_id=cluster.pk, now=now)  # p50: the limit, 7,200 s away
     blocker.attempts.update(state=AttemptState.SUCCEEDED, ended_at=now)
@@ -177,12 +164,7 @@ def test_a_start_teaches_the_range_and_counts_toward_coverage(acme, cluster):
 
 def test_the_range_is_calibrated_once_enough_starts_were_seen(acme, cluster):
     running(acme, cluster, name="a", gpus_per_node=4, nodes=2, ran=0)
-    waiting = make_job(
-        project=acme.project,
-        user=acme.users[Role.MEMBER],
-        state="QUEUED",
-        cluster=cluster,
-    )
+    waiting = queued(acme, cluster, state="QUEUED")
     # 40 past starts: half came at a third of the predicted wait, half at the prediction
     residuals = [math.log(1 / 3)] * 20 + [0.0] * 20
     client = redis_client()
@@ -240,16 +222,7 @@ def test_on_slurm_a_job_held_by_the_quota_is_given_the_running_ones_end(acme, sl
 
 @pytest.mark.django_db(transaction=True)
 def test_the_cli_lists_the_expected_start(live_server, acme, cluster):
-    past_runs(acme, cluster, name="train", seconds=600)
-    running(acme, cluster, name="train", gpus_per_node=4, nodes=2, ran=100)
-    waiting = make_job(
-        project=acme.project,
-        user=acme.users[Role.MEMBER],
-        state="QUEUED",
-        cluster=cluster,
-        name="train",
-        gpus_per_node=4,
-    )
+    waiting = behind_a_trained_blocker(acme, cluster)
     estimates_refresh(cluster_id=cluster.pk)
     env = {"TORUS_URL": live_server.url, "TORUS_TOKEN": acme.tokens[Role.MEMBER]}
     listed = run_cli("jobs", env=env)
@@ -269,7 +242,7 @@ def test_a_spec_without_a_cluster_goes_where_it_starts_soonest_and_says_why(acme
     a job naming no cluster goes to `other`, and its page says why."""
     other = ClusterFactory(name=f"other-{cluster.name}")
     running(acme, cluster, name="a", gpus_per_node=4, nodes=2, ran=0)
-    make_job(project=acme.project, user=acme.users[Role.MEMBER], state="QUEUED", cluster=cluster)
+    queued(acme, cluster, state="QUEUED")
     for each in (cluster, other):
         estimates_refresh(cluster_id=each.pk)
     body = post(acme, Role.MEMBER, acme.project, gpus=2)
@@ -284,7 +257,7 @@ def test_a_spec_without_a_cluster_goes_where_it_starts_soonest_and_says_why(acme
     # filled in turn, `other` is behind: the next job of the same shape goes back
     running(acme, other, name="b", gpus_per_node=4, nodes=2, ran=0)
     for _ in range(3):
-        make_job(project=acme.project, user=acme.users[Role.MEMBER], state="QUEUED", cluster=other)
+        queued(acme, other, state="QUEUED")
     Job.objects.filter(cluster=cluster).update(state="SUCCEEDED")
     for each in (cluster, other):
         estimates_refresh(cluster_id=each.pk)
