@@ -29,12 +29,12 @@ class EstimateSampler:
 
     def stop(self) -> None:
         from apps.core.generations import redis_client
-        from apps.jobs.estimates import _key
+        from apps.jobs.estimate_store import store_key
 
         self._stop.set()
         self._thread.join(30)
         self.residuals = [
-            redis_client().llen(_key(f"residuals:{n}", self.cluster_id)) for n in range(4)
+            redis_client().llen(store_key(f"residuals:{n}", self.cluster_id)) for n in range(4)
         ]  # per bin of predicted wait
 
     def _run(self) -> None:
@@ -47,9 +47,9 @@ class EstimateSampler:
 
     def _sample_torus(self) -> None:
         from apps.core.generations import redis_client
-        from apps.jobs.estimates import META, _key, _range
+        from apps.jobs.estimate_store import META, range_of, store_key
 
-        raw = redis_client().hgetall(_key("now", self.cluster_id))
+        raw = redis_client().hgetall(store_key("now", self.cluster_id))
         meta = raw.pop(META.encode(), None)
         if meta is None:
             return
@@ -59,7 +59,7 @@ class EstimateSampler:
             text = value.decode()
             if text.startswith("!"):
                 continue
-            p10, p50, p90 = _range(made, float(text.split()[0]), meta["factors"])
+            p10, p50, p90 = range_of(made, float(text.split()[0]), meta["factors"])
             samples = self.torus.setdefault(job_id.decode(), [])
             if not samples or samples[-1][0] != made:
                 samples.append((made, p10, p50, p90))

@@ -7,22 +7,20 @@ Each control pass, per cluster (estimates_refresh):
 2. the waiting jobs (PENDING, QUEUED, SUBMITTED, RESTARTING) are put in the order admission
    and the cluster's queue take them (apps/jobs/priority.order_key) and played forward on the
    partitions' healthy capacity under the tenants' GPU quotas (apps/jobs/queue_model.py);
-3. each point becomes a range by split conformal calibration on the log of the wait: every
-   job's first prediction is kept, and when the job starts, log((actual wait + S) /
-   (predicted wait + S)) joins the cluster's last RESIDUALS_KEPT residuals; p10/p50/p90 are the
-   predicted wait scaled by those residuals' 10th, 50th and 90th percentiles. Until
-   CALIBRATION_MIN residuals exist the range is 0.5x to 2x, and says it is uncalibrated.
+3. each point becomes a range by split conformal calibration on the log of the wait, per bin
+   of predicted wait (BINS): every job's first prediction is kept, and when the job starts,
+   log((actual wait + S) / (predicted wait + S)) joins its bin's last RESIDUALS_KEPT
+   residuals; p10/p50/p90 are the predicted wait scaled by those residuals' 10th, 50th and
+   90th percentiles (every bin's while a bin has fewer than CALIBRATION_MIN; 0.5x to 2x,
+   said to be uncalibrated, while all have fewer).
 A job that cannot start (over a hard quota, bigger than its partition's healthy nodes) gets the
 reason instead of a time. The results live in Redis, one hash per cluster replaced whole each
 pass: the API reads the page's jobs with one HMGET per cluster (estimates_read).
 """
 
-import bisect
 import contextlib
 import gc
 import json
-import math
-import statistics
 from datetime import UTC, datetime
 from typing import NamedTuple
 
@@ -34,30 +32,15 @@ from django.utils import timezone
 
 from apps.compute.backends.slurm_words import node_healthy
 from apps.compute.models import Cluster, Node, Partition
-from apps.core import telemetry
-from apps.core.generations import counter_key, redis_client
+from apps.core.generations import redis_client
 from apps.jobs import extras, queue_model, runtimes
 from apps.jobs.admission import RESOURCES, quota_scope
+from apps.jobs.estimate_learning import calibration, forget_gone, learn, waiting_too_long
+from apps.jobs.estimate_store import META, WAITING, range_of, store_key
 from apps.jobs.models import AttemptState, Job, JobAttempt
 from apps.jobs.priority import in_order
 from apps.jobs.states import ACTIVE, State
 from apps.quotas.models import Quota
-
-WAITING = (State.PENDING, State.QUEUED, State.SUBMITTED, State.RESTARTING)
-SMOOTH_SECONDS = 60.0  # S: a 10 s miss on a 5 s wait is not a 3x miss
-BINS = (60.0, 600.0, 3600.0)  # predicted waits calibrated apart: < 1 min, < 10 min, < 1 h, more
-CALIBRATION_MIN = 20
-RESIDUALS_KEPT = 1000
-UNCALIBRATED = (math.log(0.5), 0.0, math.log(2.0))
-META = "_"  # the hash's field that holds what its entries share
-SWEEP_SLACK = 1000
-
-OUTCOMES = telemetry.counter(
-    "torus_start_estimates",
-    "Jobs that started, by where the start fell against the p10-p90 range first predicted for"
-    " them: within, early or late (coverage = within / all; the aim is 80%)",
-    labels=("cluster", "outcome"),
-)
 
 
 class Queued(NamedTuple):
@@ -79,10 +62,6 @@ class Queued(NamedTuple):
     memory_mb: int
     partition: str
     spec: dict  # {"resources": {"time_limit": minutes}}: what priority and runtimes read
-
-
-def _key(kind: str, cluster_id) -> str:
-    return counter_key(f"estimates:{kind}:{cluster_id}")
 
 
 def _text(field: str) -> Cast:
@@ -154,11 +133,15 @@ def _refresh(*, cluster_id, now: datetime | None) -> dict:
     clock = now.timestamp()
     waiting = _rows(Job.objects.filter(cluster_id=cluster_id, state__in=WAITING))
     name = Cluster.objects.filter(pk=cluster_id).values_list("name", flat=True).first() or ""
-    last = client.hget(_key("now", cluster_id), META)
+    last = client.hget(store_key("now", cluster_id), META)
     since = json.loads(last)["computed_at"] if last else None
-    learned = _learn(client, cluster_id=cluster_id, cluster_name=name, since=since)
+    started = JobAttempt.objects.filter(job__cluster_id=cluster_id, started_at__isnull=False)
+    if since is not None:  # the attempts started since the last pass (all, the first pass)
+        started = started.filter(started_at__gte=datetime.fromtimestamp(since - 5, UTC))
+    started = dict(started.values_list(_text("job_id"), _epoch("started_at")))
+    learned = learn(client, cluster_id=cluster_id, cluster_name=name, started=started)
     ids = {j.id for j in waiting}
-    _forget_gone(client, cluster_id=cluster_id, waiting=ids)
+    forget_gone(client, cluster_id=cluster_id, waiting=ids)
     overdue = waiting_too_long(client, cluster_id=cluster_id, waiting=ids, clock=clock)
     known = runtimes.history(now=now)
     pools = _pools(cluster_id)
@@ -206,7 +189,7 @@ def _refresh(*, cluster_id, now: datetime | None) -> dict:
         tenant_limits=limits,
         tenant_held_elsewhere=_held_elsewhere(cluster_id, set(limits)),
     )
-    factors, calibrated = _calibration(client, cluster_id)
+    factors, calibrated = calibration(client, cluster_id)
     meta = {"computed_at": clock, "factors": factors, "bases": list(bases), "range": calibrated}
     meta["pools"] = _pool_summaries(pools, running, model_jobs, starts, clock=clock)
     estimates = {META: json.dumps(meta, ensure_ascii=False)}
@@ -220,12 +203,12 @@ def _refresh(*, cluster_id, now: datetime | None) -> dict:
         wait = start - clock  # the range is made from it as it is read (_readable)
         estimates[job.id] = f"{wait:.0f} {basis_of[index]}"
         if since is None or job.created_at.timestamp() >= since:  # new since the last pass
-            p10, _, p90 = _range(clock, wait, factors)
+            p10, _, p90 = range_of(clock, wait, factors)
             firsts[job.id] = f"{clock:.1f} {wait:.1f} {p10:.0f} {p90:.0f}"
     _store(client, cluster_id=cluster_id, estimates=estimates, firsts=firsts)
     if overdue:  # told after the pass's writes (a notifier that fails loses no estimate)
         extras.overdue(job_ids=overdue)
-    estimated = len(estimates) - 1 - sum(1 for reason in cannot if reason)
+    estimated = sum(1 for value in estimates.values() if not value.startswith(("!", "{")))
     return {"waiting": len(waiting), "estimated": estimated, "learned": learned}
 
 
@@ -253,143 +236,10 @@ def _pool_summaries(pools: dict, running: list, waiting: list, starts: dict, *, 
     return summaries
 
 
-def soonest(*, options: list[tuple], gpus: int, cpus: int) -> tuple[int, str]:
-    """Which of `options` ((cluster, partition) pairs) a new job needing `gpus` and `cpus`
-    is expected to start on soonest, from the last pass's summaries (one Redis round trip),
-    and why, in words: at once where enough is free, else behind the partition's queue."""
-    client = redis_client()
-    metas = [None] * len(options)
-    if client is not None:
-        with client.pipeline(transaction=False) as pipe:
-            for cluster, _ in options:
-                pipe.hget(_key("now", cluster.pk), META)
-            metas = pipe.execute()
-    now = timezone.now().timestamp()
-    waits, words = [], []
-    for (cluster, partition), meta in zip(options, metas, strict=True):
-        pool = json.loads(meta).get("pools", {}).get(partition) if meta else None
-        where = f"{cluster.name}/{partition}"
-        if not cluster.healthy:
-            waits.append(math.inf)
-            words.append(f"{where} does not answer")
-        elif pool is None:
-            waits.append(math.inf)
-            words.append(f"{where} not estimated yet")
-        elif pool["free"][0] >= gpus and pool["free"][1] >= cpus:
-            waits.append(0.0)
-            words.append(f"{where} at once ({pool['free'][0]} GPUs free)")
-        else:
-            wait = max(0.0, pool["drain_at"] - now)
-            waits.append(wait)
-            words.append(f"{where} in ~{_minutes(wait)} (behind {pool['waiting']} waiting)")
-    best = min(range(len(options)), key=lambda i: (waits[i], i))
-    others = "; ".join(words[i] for i in range(len(options)) if i != best)
-    return best, f"expected to start soonest here: {words[best]}; elsewhere: {others}"
-
-
-def _minutes(seconds: float) -> str:
-    minutes = seconds / 60
-    if minutes < 90:
-        return f"{max(1, round(minutes))} min"
-    if minutes < 48 * 60:
-        return f"{round(minutes / 60)} h"
-    return f"{round(minutes / 1440)} d"
-
-
-def estimates_read(*, jobs) -> dict[str, dict]:
-    """{job id: expected_start} for the waiting ones among `jobs`, one HMGET per cluster;
-    ISO times, as the API gives them."""
-    client = redis_client()
-    by_cluster: dict = {}
-    for job in jobs:
-        if job.state in WAITING and job.cluster_id:
-            by_cluster.setdefault(job.cluster_id, []).append(str(job.pk))
-    if client is None or not by_cluster:
-        return {}
-    with client.pipeline(transaction=False) as pipe:
-        for cluster_id, ids in by_cluster.items():
-            pipe.hmget(_key("now", cluster_id), [META, *ids])
-        answers = pipe.execute()
-    found = {}
-    for ids, (meta, *values) in zip(by_cluster.values(), answers, strict=True):
-        if meta is None:
-            continue
-        meta = json.loads(meta)
-        for job_id, raw in zip(ids, values, strict=True):
-            if raw is not None:
-                found[job_id] = _readable(raw.decode(), meta)
-    return found
-
-
-def _readable(stored: str, meta: dict) -> dict:
-    computed_at = _iso(meta["computed_at"])
-    if stored.startswith("! "):
-        return {
-            **dict.fromkeys(("p10", "p50", "p90")),
-            "computed_at": computed_at,
-            "basis": "",
-            "cannot_start": stored[2:],
-        }
-    wait, basis = stored.split()
-    p10, p50, p90 = _range(meta["computed_at"], float(wait), meta["factors"])
-    return {
-        "p10": _iso(p10),
-        "p50": _iso(p50),
-        "p90": _iso(p90),
-        "computed_at": computed_at,
-        "basis": (
-            f"the queue played forward, its run time from {meta['bases'][int(basis)]};"
-            f" running jobs' ends from their past runs; range {meta['range'][_bin(float(wait))]}"
-        ),
-        "cannot_start": "",
-    }
-
-
-def _range(clock: float, wait: float, factors_by_bin: list) -> tuple[float, float, float]:
-    """p10, p50 and p90 of a start predicted `wait` seconds after `clock`: the wait, smoothed,
-    scaled by its bin's calibration factors (never before `clock`)."""
-    smoothed = wait + SMOOTH_SECONDS
-    factors = factors_by_bin[_bin(wait)]
-    return tuple(clock + max(0.0, smoothed * factor - SMOOTH_SECONDS) for factor in factors)
-
-
-def _iso(value) -> str:
-    return datetime.fromtimestamp(float(value), UTC).isoformat()
-
-
-def _bin(wait: float) -> int:
-    """The calibration's bin of a predicted wait (Mondrian conformal: a start predicted for
-    now and one predicted hours away miss by different amounts, and the first are many)."""
-    return bisect.bisect_right(BINS, wait)
-
-
-def _calibration(client, cluster_id) -> tuple[list, list]:
-    """Per bin, the factors for p10, p50 and p90 and the words for where they come from: the
-    bin's residuals, or every bin's while the bin has too few."""
-    with client.pipeline(transaction=False) as pipe:
-        for index in range(len(BINS) + 1):
-            pipe.lrange(_key(f"residuals:{index}", cluster_id), 0, -1)
-        by_bin = [[float(r) for r in rows] for rows in pipe.execute()]
-    pooled = [r for rows in by_bin for r in rows]
-    found = [_scale(rows if len(rows) >= CALIBRATION_MIN else pooled) for rows in by_bin]
-    return [factors for factors, _ in found], [words for _, words in found]
-
-
-def _scale(residuals: list[float]) -> tuple[tuple, str]:
-    """The factors for p10, p50 and p90, and the words for where they come from."""
-    if len(residuals) < CALIBRATION_MIN:
-        return tuple(math.exp(r) for r in UNCALIBRATED), (
-            f"0.5x-2x, uncalibrated ({len(residuals)} of {CALIBRATION_MIN} past starts seen)"
-        )
-    cuts = statistics.quantiles(residuals, n=10, method="inclusive")
-    factors = (math.exp(cuts[0]), math.exp(statistics.median(residuals)), math.exp(cuts[-1]))
-    return factors, f"calibrated on {len(residuals)} past starts"
-
-
 def _store(client, *, cluster_id, estimates: dict, firsts: dict) -> None:
     """Replace the cluster's estimates whole (a temporary key renamed: readers never see half
     of a pass); add the first predictions of the jobs new to the queue."""
-    now_key, first_key = _key("now", cluster_id), _key("first", cluster_id)
+    now_key, first_key = store_key("now", cluster_id), store_key("first", cluster_id)
     with client.pipeline(transaction=False) as pipe:
         temporary = f"{now_key}:next"  # (always the meta field: read by soonest)
         pipe.delete(temporary)
@@ -399,69 +249,8 @@ def _store(client, *, cluster_id, estimates: dict, firsts: dict) -> None:
             pipe.hsetnx(first_key, job_id, first)
         if firsts:  # when each is overdue: its first p90 (waiting_too_long)
             due = {job_id: float(first.split()[3]) for job_id, first in firsts.items()}
-            pipe.zadd(_key("due", cluster_id), due, nx=True)
+            pipe.zadd(store_key("due", cluster_id), due, nx=True)
         pipe.execute()
-
-
-def _learn(client, *, cluster_id, cluster_name: str, since: float | None) -> int:
-    """The attempts that started on the cluster since the last pass (`since`; all the first
-    pass): each of a job with a first prediction adds its residual and its coverage outcome,
-    and the prediction is dropped. Returns how many were learned."""
-    first_key = _key("first", cluster_id)
-    attempts = JobAttempt.objects.filter(job__cluster_id=cluster_id, started_at__isnull=False)
-    if since is not None:
-        attempts = attempts.filter(started_at__gte=datetime.fromtimestamp(since - 5, UTC))
-    started = dict(attempts.values_list(_text("job_id"), _epoch("started_at")))
-    if not started:
-        return 0
-    ids = list(started)
-    firsts = dict(zip(ids, client.hmget(first_key, ids), strict=True))
-    residuals = []
-    for job_id, first in firsts.items():
-        if first is None:
-            continue
-        at, wait, p10, p90 = (float(x) for x in first.split())
-        actual = started[job_id]
-        if actual < at - 1:
-            continue  # a start from before this wait
-        residual = math.log((actual - at + SMOOTH_SECONDS) / (wait + SMOOTH_SECONDS))
-        residuals.append((_bin(wait), residual))
-        outcome = "early" if actual < p10 - 1 else "late" if actual > p90 + 1 else "within"
-        telemetry.add(OUTCOMES, cluster=cluster_name, outcome=outcome)
-    learned = [job_id for job_id, first in firsts.items() if first is not None]
-    if learned:
-        with client.pipeline(transaction=False) as pipe:
-            for index, residual in residuals:
-                residuals_key = _key(f"residuals:{index}", cluster_id)
-                pipe.lpush(residuals_key, residual)
-                pipe.ltrim(residuals_key, 0, RESIDUALS_KEPT - 1)
-            pipe.hdel(first_key, *learned)
-            pipe.zrem(_key("due", cluster_id), *learned)
-            pipe.execute()
-    return len(residuals)
-
-
-def _forget_gone(client, *, cluster_id, waiting: set[str]) -> None:
-    """Drop the first predictions of jobs that left the queue without starting (cancelled,
-    failed at dispatch): swept once they outnumber the waiting jobs by SWEEP_SLACK."""
-    first_key = _key("first", cluster_id)
-    if client.hlen(first_key) <= len(waiting) + SWEEP_SLACK:
-        return
-    gone = [key for key in client.hkeys(first_key) if key.decode() not in waiting]
-    if gone:
-        client.hdel(first_key, *gone)
-        client.zrem(_key("due", cluster_id), *gone)
-
-
-def waiting_too_long(client, *, cluster_id, waiting: set[str], clock: float) -> list[str]:
-    """The jobs still waiting past the p90 first predicted for them, each once (taken off the
-    cluster's due set as they are returned; one that left the queue meanwhile is dropped)."""
-    due_key = _key("due", cluster_id)
-    due = [key.decode() for key in client.zrangebyscore(due_key, "-inf", clock)]
-    if not due:
-        return []
-    client.zrem(due_key, *due)
-    return [job_id for job_id in due if job_id in waiting]
 
 
 def _pools(cluster_id) -> dict[str, queue_model.Pool]:

@@ -16,7 +16,7 @@ from apps.core.actor import Actor
 from apps.core.exceptions import Conflict
 from apps.core.statements import insert_together
 from apps.jobs import admission, paths, submit_cache
-from apps.jobs.estimates import soonest
+from apps.jobs.estimate_store import soonest
 from apps.jobs.inference import model_resolve
 from apps.jobs.models import ATTEMPT_ENDED, AttemptState, Job, JobAttempt, JobEvent
 from apps.jobs.spec import image_check, normalise, paths_check, secrets_check, totals

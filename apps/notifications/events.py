@@ -136,7 +136,8 @@ def _add(*, subscription: Subscription, job, item: dict):
             last = sent.filter(job=job).order_by("-sent_at").values_list("sent_at", flat=True)
             last = last.first()
             not_before = max(now, last + MESSAGE_GAP) if last else now
-        key = f"{subscription.pk.hex[:16]}-{'digest' if digest else 'job'}-{item['event_id'].replace('-', '')}"
+        event_id = item["event_id"].replace("-", "")
+        key = f"{subscription.pk.hex[:16]}-{'digest' if digest else 'job'}-{event_id}"
         try:
             with transaction.atomic():
                 made = Notification.objects.create(

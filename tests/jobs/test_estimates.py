@@ -13,7 +13,8 @@ from apps.compute.models import Node
 from apps.core import telemetry
 from apps.core.generations import redis_client
 from apps.jobs import runtimes
-from apps.jobs.estimates import _key, estimates_refresh
+from apps.jobs.estimate_store import store_key as _key
+from apps.jobs.estimates import estimates_refresh
 from apps.jobs.models import AttemptState, Job
 from apps.quotas.models import Quota
 from apps.tenancy.models import Role

@@ -3,7 +3,7 @@
 from rest_framework import serializers
 
 from apps.core.api.serializers import RenderableJSONField
-from apps.jobs.estimates import estimates_read
+from apps.jobs.estimate_store import estimates_read
 from apps.jobs.models import DatasetStage, Job, JobAttempt, JobEvent
 
 
