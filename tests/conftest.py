@@ -146,6 +146,12 @@ def pytest_collection_modifyitems(config, items):
         for prefix, marks in NEEDS_BY_PATH.items():
             if item.nodeid.startswith(prefix):
                 needs |= marks
+        # every test on a shared service hands out uids and gids from its worker's share:
+        # the directory is one, the counters one per test database, and a test counting from
+        # the directory's highest number (another worker's) gave a gid twice
+        item.torus_own_ids = bool(needs & CLUSTER_MARKS) and not item.nodeid.startswith(
+            FIXED_NAMES  # (their fixed accounts keep the ids the directory has for them)
+        )
         if not needs:
             uses_db = {"db", "transactional_db"} & fixtures or item.get_closest_marker("django_db")
             needs = {"postgres"} if uses_db else {"unit"}
@@ -178,13 +184,14 @@ def shared_name(name: str) -> str:
 
 @pytest.fixture(autouse=True)
 def _names_of_this_worker(request, settings):
-    """Cluster tests in parallel workers make names of their worker's own, and uids and gids
-    from its own share of the ranges (the directory is shared, the counters are per
-    database); the rest (and FIXED_NAMES) keep the plain names, which only their own
-    database sees."""
+    """Cluster tests in parallel workers make names of their worker's own, and every test on
+    a shared service its uids and gids from the worker's own share of the ranges (neither for
+    FIXED_NAMES) (the directory is shared, the counters are per database); the rest keep the
+    plain names and the whole ranges, which only their own database sees."""
     global _suffix
     if lanes.INDEX is not None and getattr(request.node, "torus_own_names", False):
         _suffix = lanes.SUFFIX
+    if lanes.INDEX is not None and getattr(request.node, "torus_own_ids", False):
         settings.TORUS_UID_RANGE = lanes.id_slice(*settings.TORUS_UID_RANGE)
         settings.TORUS_GID_RANGE = lanes.id_slice(*settings.TORUS_GID_RANGE)
     yield
