@@ -98,6 +98,10 @@ def _finish(
     transition,
 ) -> str:
     now = timezone.now()
+    if outcome == AttemptState.FAILED and found.signal and set(attempt.nodes) & down_nodes:
+        # killed by a signal on a node that is down: the node's failure (under load, Slurm's
+        # record can say FAILED by the signal before the node's state reaches the job)
+        outcome = AttemptState.NODE_FAIL
     attempt.state = outcome
     attempt.ended_at = found.ended_at if found.ended_at and found.ended_at <= now else now
     if attempt.started_at is None and found.started_at and found.started_at <= attempt.ended_at:
