@@ -30,16 +30,6 @@ def candidate_clusters(*, named: str | None = None, project=None) -> list[Cluste
     return defaults or clusters
 
 
-def choose_placement(
-    *, resources: dict, needs_containers: bool = False, clusters: list[Cluster] | None = None
-) -> tuple[Cluster, str]:
-    """The first cluster/partition among `clusters` (default: candidate_clusters()) with
-    enough nodes that each fit the per-node request (placements_fitting's first)."""
-    return placements_fitting(
-        resources=resources, needs_containers=needs_containers, clusters=clusters
-    )[0]
-
-
 def placements_fitting(
     *, resources: dict, needs_containers: bool = False, clusters: list[Cluster] | None = None
 ) -> list[tuple[Cluster, str]]:

@@ -50,9 +50,9 @@ def learn(client, *, cluster_id, cluster_name: str, started: dict[str, float]) -
     """The jobs whose attempts started since the last pass (`started`: job id -> its start,
     epoch seconds): each with a first prediction adds its residual and its coverage outcome,
     and the prediction is dropped. Returns how many were learned."""
-    first_key = store_key("first", cluster_id)
     if not started:
         return 0
+    first_key = store_key("first", cluster_id)
     ids = list(started)
     firsts = dict(zip(ids, client.hmget(first_key, ids), strict=True))
     residuals = []

@@ -106,9 +106,10 @@ def soonest(*, options: list[tuple], gpus: int, cpus: int) -> tuple[int, str]:
     now = timezone.now().timestamp()
     waits, words = [], []
     for (cluster, partition), meta in zip(options, metas, strict=True):
-        pool = json.loads(meta).get("pools", {}).get(partition) if meta else None
+        meta = json.loads(meta) if meta else {}
+        pool = meta.get("pools", {}).get(partition)
         where = f"{cluster.name}/{partition}"
-        if not cluster.healthy:
+        if not meta.get("healthy", True):  # as of the last pass (`cluster` may be cached)
             waits.append(math.inf)
             words.append(f"{where} does not answer")
         elif pool is None:

@@ -132,7 +132,8 @@ def _refresh(*, cluster_id, now: datetime | None) -> dict:
     now = now or timezone.now()
     clock = now.timestamp()
     waiting = _rows(Job.objects.filter(cluster_id=cluster_id, state__in=WAITING))
-    name = Cluster.objects.filter(pk=cluster_id).values_list("name", flat=True).first() or ""
+    row = Cluster.objects.filter(pk=cluster_id).values_list("name", "healthy").first()
+    name, healthy = row or ("", False)
     last = client.hget(store_key("now", cluster_id), META)
     since = json.loads(last)["computed_at"] if last else None
     started = JobAttempt.objects.filter(job__cluster_id=cluster_id, started_at__isnull=False)
@@ -191,6 +192,7 @@ def _refresh(*, cluster_id, now: datetime | None) -> dict:
     )
     factors, calibrated = calibration(client, cluster_id)
     meta = {"computed_at": clock, "factors": factors, "bases": list(bases), "range": calibrated}
+    meta["healthy"] = healthy  # (soonest reads it here: its cluster rows come from a cache)
     meta["pools"] = _pool_summaries(pools, running, model_jobs, starts, clock=clock)
     estimates = {META: json.dumps(meta, ensure_ascii=False)}
     firsts = {}

@@ -156,7 +156,7 @@ def jobs_create(*, actor: Actor, items: list[tuple[Project, dict]]) -> list[Subm
 def _placement(*, spec: dict, project: Project, gens, seen: dict) -> tuple[Cluster, str, str]:
     """(cluster, partition, why there) for a spec. Where it can go is found once per shape in
     a request (and kept in the process's cache across requests); among several clusters, the
-    one where it is expected to start soonest (estimates.soonest), read once per request."""
+    one where it is expected to start soonest (estimate_store.soonest), read once per request."""
     named = spec.get("cluster")
     default = project.default_cluster_id or project.tenant.default_cluster_id
     where = ("named", named) if named else ("cluster", default)

@@ -48,17 +48,12 @@ def jobs_overdue_notify(*, job_ids: list[str]) -> None:
     calls this once per job): `waiting_too_long`, with the reason it waits."""
     jobs = {j.pk: j for j in Job.objects.filter(pk__in=job_ids).select_related("project")}
     now = timezone.now().isoformat()
+    kind = Event.WAITING_TOO_LONG.value
     items = [
-        (job, Event.WAITING_TOO_LONG, {
-            "event": Event.WAITING_TOO_LONG.value,
-            "event_id": f"overdue-{job.pk}",
-            "job": str(job.pk),
-            "name": job.name,
-            "project": job.project.slug,
-            "state": job.state,
-            "reason": job.state_reason or f"waiting in the cluster's queue ({job.state})",
-            "at": now,
-        })
+        (job, kind, _item(
+            kind=kind, event_id=f"overdue-{job.pk}", job=job, state=job.state,
+            reason=job.state_reason or f"waiting in the cluster's queue ({job.state})", at=now,
+        ))
         for job in jobs.values()
     ]  # fmt: skip
     _notify(jobs=jobs, items=items)
@@ -99,15 +94,24 @@ def _covers(subscription: Subscription, job) -> bool:
 
 
 def item_of(*, event: JobEvent, kind: str, job) -> dict:
+    at = event.created_at.isoformat() if event.created_at else timezone.now().isoformat()
+    return _item(
+        kind=kind, event_id=str(event.pk), job=job, state=event.to_state, reason=event.reason,
+        at=at,
+    )  # fmt: skip
+
+
+def _item(*, kind: str, event_id: str, job, state: str, reason: str, at: str) -> dict:
+    """One event of a message, as messages.py and the webhooks' JSON read it."""
     return {
         "event": kind,
-        "event_id": str(event.pk),
+        "event_id": event_id,
         "job": str(job.pk),
         "name": job.name,
         "project": job.project.slug,
-        "state": event.to_state,
-        "reason": event.reason,
-        "at": event.created_at.isoformat() if event.created_at else timezone.now().isoformat(),
+        "state": state,
+        "reason": reason,
+        "at": at,
     }
 
 
