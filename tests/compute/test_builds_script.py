@@ -39,14 +39,16 @@ def test_the_engine_build_goes_through_its_steps_to_done(tmp_path):
 
     def watch():  # what a reader of the status file sees along the way
         path = tmp_path / "var" / "run" / "builds" / "engine.json"
-        while not stop.is_set():
+        while True:
+            last = stop.is_set()  # one read more once the build has returned: its last state
             try:
                 row = json.loads(path.read_text())  # never half a file: it is renamed in
             except FileNotFoundError:
-                time.sleep(0.005)
-                continue
-            if not seen or seen[-1] != (row["state"], row["step"]):
+                row = None
+            if row and (not seen or seen[-1] != (row["state"], row["step"])):
                 seen.append((row["state"], row["step"]))
+            if last:
+                return
             time.sleep(0.005)
 
     watcher = threading.Thread(target=watch)

@@ -79,7 +79,14 @@ def test_training_survives_a_node_failure_with_identical_results(acme, slurm_clu
     slurm("scontrol", "update", f"nodename={failed_node}", "state=down", "reason=torus-selfheal")
     healed = drive(job["id"], timeout=240)
 
-    assert healed.state == "SUCCEEDED", healed.state_reason
+    assert healed.state == "SUCCEEDED", (
+        healed.state_reason,
+        [
+            (a.number, a.state, a.backend_state, a.signal, a.nodes, a.reason)
+            for a in healed.attempts.order_by("number")
+        ],
+        slurm("sinfo", "-N", "-h", "-o", "%N %T %E"),
+    )
     first, second = healed.attempts.order_by("number")
     assert first.state == AttemptState.NODE_FAIL and failed_node in first.nodes
     assert second.state == AttemptState.SUCCEEDED
