@@ -16,6 +16,8 @@ Verbs (every argument typed and checked; no shell; every refusal logged with its
     chown         hand a regular file or directory below a root to a user (fchown/fchmod)
     write         write files below a root for a user (created beside, renamed into place)
     sbatch        run sbatch as a user with a fixed environment; variables via --export-file
+    sstat         the live usage of a user's running jobs (sstat beside sbatch), read as that
+                  user: slurmd tells a step's statistics only to its owner, root or SlurmUser
     stager-evict  run the node cache's stager as a cache subtree's owner ("evict")
     stager-usage  the same, "usage": the subtree's bytes and versions, read as its owner
     slurm-token   an HS256 JWT for a user in the range or the platform account
@@ -434,6 +436,41 @@ class Helper:
             "stderr": stderr.decode(errors="replace")[:65536],
         }
 
+    def verb_sstat(self, request: dict) -> dict:
+        user = _str(request, "user", limit=32)
+        entry = self._user(user, _int(request, "uid"))
+        jobs = request.get("jobs")
+        if type(jobs) is not list or not 1 <= len(jobs) <= 256:
+            raise Refused("jobs must be a list of 1 to 256 job ids")
+        if any(type(job) is not int or job <= 0 for job in jobs):
+            raise Refused("each job id must be a positive integer")
+        argv = [
+            os.path.join(os.path.dirname(self.config["sbatch"]), "sstat"),
+            *("--allsteps", "--noheader", "--parsable2", "--noconvert"),
+            *("--jobs", ",".join(str(job) for job in jobs)),
+            *("--format", "JobID,NTasks,TRESUsageInTot"),
+        ]
+        env = {"PATH": "/usr/bin:/bin", "SLURM_CONF": self.config["slurm_conf"], "LANG": "C"}
+        try:
+            result = subprocess.run(  # noqa: S603 (a fixed argv of checked numbers)
+                argv,
+                capture_output=True,
+                user=entry.pw_uid,
+                group=entry.pw_gid,
+                extra_groups=[],
+                env=env,
+                cwd="/",
+                timeout=30,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise Failed(f"cannot run sstat: {exc}") from exc
+        return {
+            "returncode": result.returncode,
+            "stdout": result.stdout.decode(errors="replace")[:1048576],
+            "stderr": result.stderr.decode(errors="replace")[:65536],
+        }
+
     def verb_remove_tree(self, request: dict) -> dict:
         """Remove the directory `path` (below a root, never a root itself) and all it holds.
         Every component is opened from its parent's descriptor with O_NOFOLLOW|O_DIRECTORY;
@@ -701,6 +738,7 @@ class Helper:
         "chown": verb_chown,
         "write": verb_write,
         "sbatch": verb_sbatch,
+        "sstat": verb_sstat,
         "stager-evict": verb_stager_evict,
         "stager-usage": verb_stager_usage,
         "slurm-token": verb_slurm_token,
@@ -734,7 +772,7 @@ class Helper:
         except Exception as exc:  # a bug: logged with its trace, answered, the daemon lives on
             log.exception("error in %s from uid %s", what, caller)
             return {"ok": False, "error": "failed", "reason": f"internal error: {exc}"}
-        if what not in ("ping", "slurm-token"):
+        if what not in ("ping", "slurm-token", "sstat"):  # read-only, every 30 s
             log.info("%s from uid %s: %s", what, caller, _summary(what, request, answer))
         return {"ok": True, **answer}
 
@@ -754,7 +792,7 @@ def _summary(verb: str, request: dict, answer: dict) -> str:
         return f"{request.get('path')} -> {request.get('uid')}:{request.get('gid')}"
     if verb == "write":
         return ", ".join(str(f.get("path")) for f in request.get("files", []))
-    if verb == "sbatch":
+    if verb in ("sbatch", "sstat"):
         return f"user {request.get('user')} exit {answer.get('returncode')}"
     if verb.startswith("local-"):  # never the password
         numbers = [request.get(k) for k in ("uid", "gid") if k in request]

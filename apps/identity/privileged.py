@@ -179,6 +179,20 @@ def sbatch(
     return answer["stdout"]
 
 
+def sstat(*, user: str, uid: int, jobs: list[int]) -> str:
+    """Slurm's live usage of `user`'s running jobs (`sstat --allsteps`, parsable, one line a
+    step: JobID|NTasks|TRESUsageInTot), read as that user; HelperRefused on sstat's failure."""
+    answer = _call({"verb": "sstat", "user": user, "uid": uid, "jobs": jobs}, timeout=45.0)
+    if answer["returncode"] != 0:
+        stderr = answer["stderr"].strip()
+        raise HelperRefused(
+            stderr or f"sstat exited {answer['returncode']}",
+            returncode=answer["returncode"],
+            stderr=stderr,
+        )
+    return answer["stdout"]
+
+
 def stager_evict(*, subtree: Path | str, version_id: str) -> int | None:
     """The cache subtree's own user drops one version (`stager.py evict`): bytes freed, or
     None when it was kept (leased, being staged, gone)."""

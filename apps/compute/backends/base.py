@@ -93,6 +93,15 @@ class BackendJob:
     nice: int = 0
 
 
+@dataclass(frozen=True)
+class JobUsage:
+    """What a running job uses, summed over its steps, tasks and nodes, read now."""
+
+    cpu_seconds: float  # CPU time used so far
+    memory_bytes: int  # resident memory now
+    gpu_util: float | None = None  # mean GPU utilisation (%), where the nodes report it (NVML)
+
+
 @dataclass
 class NodeInfo:
     name: str
@@ -257,6 +266,10 @@ class Backend(Protocol):
 
     def log_source(self) -> LogSource:
         """Where this cluster's attempt output is read from."""
+
+    def usage(self, *, owners: dict[str, tuple[str, int]]) -> dict[str, JobUsage]:
+        """The usage of running jobs (backend id: (user name, uid) of its submitter), read as
+        each owner where the cluster asks that; jobs it cannot read are left out."""
 
     def serve_host(self, tag: str) -> str | None:
         """The address the engine of a running replica (its attempt's tag) listens on, as the

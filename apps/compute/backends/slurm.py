@@ -4,10 +4,12 @@ fallbacks. Every call here is one RPC to the controller, whatever the number of 
 No root program runs with a tenant's input: slurmrestd is called with a token the privileged
 helper makes for the submitter, and the sbatch fallback runs as the submitter through the
 helper, the job's variables only on its --export-file. The platform's own reads and sacctmgr
-run as the platform's account (a Slurm operator) with a fixed environment."""
+run as the platform's account (a Slurm operator) with a fixed environment; sstat (usage) as
+each job's owner, through the helper."""
 
 import contextlib
 import fcntl
+import logging
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -21,6 +23,7 @@ from apps.compute.backends.base import (
     BackendJob,
     ClusterUnavailable,
     FileLogSource,
+    JobUsage,
     NodeInfo,
     PartitionInfo,
     Submission,
@@ -39,12 +42,15 @@ from apps.compute.backends.slurm_words import (
     node_healthy,
     parse_gres,
     parse_time,
+    steps_usage,
     time_limit_minutes,
     wait_status,
 )
 from apps.compute.hostlist import expand
 from apps.compute.models import Cluster
 from apps.identity import privileged
+
+logger = logging.getLogger(__name__)
 
 TAG_PREFIX = "torus:"
 
@@ -366,6 +372,25 @@ class SlurmBackend:
     def log_source(self) -> FileLogSource:
         """--output and --error files in the job's directory on the shared storage."""
         return FileLogSource()
+
+    def usage(self, *, owners: dict[str, tuple[str, int]]) -> dict[str, JobUsage]:
+        """sstat of each owner's running jobs, run as that owner by the privileged helper
+        (slurmd tells a step's statistics to its owner, root or SlurmUser only): one call per
+        owner. An owner whose call fails is logged and left out."""
+        by_owner: dict[tuple[str, int], list[int]] = {}
+        for backend_id, owner in owners.items():
+            if backend_id.isdigit():
+                by_owner.setdefault(owner, []).append(int(backend_id))
+        found: dict[str, JobUsage] = {}
+        for (user, uid), jobs in by_owner.items():
+            for start in range(0, len(jobs), 256):  # the helper's limit
+                try:
+                    out = privileged.sstat(user=user, uid=uid, jobs=jobs[start : start + 256])
+                except privileged.HelperError as exc:
+                    logger.info("usage of %s's jobs unread: %s", user, exc)
+                    continue
+                found.update(steps_usage(out))
+        return found
 
     def serve_host(self, tag: str) -> str | None:
         """The local cluster's nodes share the portal's host: engines listen on its loopback."""

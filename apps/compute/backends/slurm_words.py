@@ -1,7 +1,9 @@
 """Slurm's words read into the platform's: job states, node health, times, GRES counts, job
-ids' order and exit statuses."""
+ids' order, exit statuses and sstat's usage."""
 
 from datetime import UTC, datetime
+
+from apps.compute.backends.base import JobUsage
 
 # Slurm's job state words -> the attempt states of apps/jobs/models.py.
 OUTCOMES = {
@@ -92,3 +94,32 @@ def parse_time(value: str) -> datetime | None:
     if not value or value in ("Unknown", "None"):
         return None
     return datetime.strptime(value, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC)
+
+
+def slurm_seconds(text: str) -> float:
+    """Slurm's elapsed time ('[D-]HH:MM:SS', 'MM:SS.mmm') in seconds; 0 for what is not one."""
+    days, _, rest = text.rpartition("-")
+    parts = rest.split(":")
+    try:
+        seconds = sum(float(p) * 60**i for i, p in enumerate(reversed(parts)))
+        return seconds + (int(days) * 86400 if days else 0)
+    except ValueError:
+        return 0.0
+
+
+def steps_usage(text: str) -> dict[str, JobUsage]:
+    """sstat's parsable lines (JobID|NTasks|TRESUsageInTot, one per step) summed per job:
+    CPU time and resident memory of every step, GPU utilisation where the nodes report it
+    (gres/gpuutil, Slurm's NVML gathering)."""
+    sums: dict[str, list] = {}
+    for line in text.splitlines():
+        fields = line.split("|")
+        if len(fields) < 3 or not fields[2]:
+            continue
+        tres = dict(item.partition("=")[::2] for item in fields[2].split(","))
+        job = sums.setdefault(fields[0].split(".")[0], [0.0, 0, None])
+        job[0] += slurm_seconds(tres.get("cpu", ""))
+        job[1] += int(tres["mem"]) if tres.get("mem", "").isdigit() else 0
+        if tres.get("gres/gpuutil", "").isdigit():
+            job[2] = max(job[2] or 0.0, float(tres["gres/gpuutil"]))
+    return {job: JobUsage(cpu, memory, gpu) for job, (cpu, memory, gpu) in sums.items()}

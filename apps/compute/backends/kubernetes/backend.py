@@ -15,6 +15,7 @@ from django.core.cache import cache
 from apps.compute.backends.base import (
     BackendJob,
     ClusterUnavailable,
+    JobUsage,
     NodeInfo,
     PartitionInfo,
     Submission,
@@ -375,6 +376,11 @@ class KubernetesBackend:
 
     def log_source(self) -> PodLogSource:
         return PodLogSource(self)
+
+    def usage(self, *, owners: dict[str, tuple[str, int]]) -> dict[str, JobUsage]:
+        """Not read yet: a pod's usage comes from metrics.k8s.io (metrics-server), which a
+        cluster of kwok nodes (no container runs) cannot serve to test it against."""
+        return {}
 
     def serve_host(self, tag: str) -> str | None:
         """The IP of the replica's pod, as the apiserver gave it to the watcher."""
