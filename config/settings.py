@@ -246,6 +246,20 @@ CELERY_BEAT_SCHEDULE["jobs-control-pass"] = {
 
 CELERY_BEAT_SCHEDULE["logs-retention"] = {"task": "logs.apply_retention", "schedule": 3600.0}
 
+# Usage samples (apps/logs/usage.py, idleness.py): each running job's CPU, memory and GPU every
+# this many seconds into its metrics. A job with no output line and no CPU use for
+# TORUS_STALLED_MINUTES is `stalled` (0: never); below these a job's CPUs (% of one core, all
+# its processes together) or GPUs (utilisation %) count as idle for its project's idle policy.
+TORUS_USAGE_SAMPLE_SECONDS = env_int("TORUS_USAGE_SAMPLE_SECONDS", 30, minimum=5)
+TORUS_STALLED_MINUTES = env_int("TORUS_STALLED_MINUTES", 30, minimum=0)
+TORUS_IDLE_CPU_PERCENT = env_int("TORUS_IDLE_CPU_PERCENT", 5, minimum=0)
+TORUS_IDLE_GPU_PERCENT = env_int("TORUS_IDLE_GPU_PERCENT", 5, minimum=0)
+CELERY_BEAT_SCHEDULE["logs-usage-sample"] = {
+    "task": "logs.usage_sample",
+    "schedule": float(TORUS_USAGE_SAMPLE_SECONDS),
+    "options": {"expires": float(TORUS_USAGE_SAMPLE_SECONDS)},
+}
+
 # S3-compatible object storage for datasets and models of kind "s3" (docs/datasets.md);
 # platform/services/components/s3 writes the endpoint, region, bucket and keys to services.env.
 # TORUS_S3_PUBLIC_URL: the endpoint presigned download URLs name (default: the endpoint).

@@ -209,7 +209,7 @@ def _refresh(*, cluster_id, now: datetime | None) -> dict:
             firsts[job.id] = f"{clock:.1f} {wait:.1f} {p10:.0f} {p90:.0f}"
     _store(client, cluster_id=cluster_id, estimates=estimates, firsts=firsts)
     if overdue:  # told after the pass's writes (a notifier that fails loses no estimate)
-        extras.overdue(job_ids=overdue)
+        extras.notice(kind="waiting_too_long", reasons=dict.fromkeys(overdue, ""))
     estimated = sum(1 for value in estimates.values() if not value.startswith(("!", "{")))
     return {"waiting": len(waiting), "estimated": estimated, "learned": learned}
 

@@ -1,8 +1,8 @@
 """What apps above jobs add to jobs without jobs importing them, registered from their
 AppConfig.ready(): announcers of committed state changes (the live viewers, notifications),
 annotations of the API's job rows (the failure signatures matched), a job's latest metrics
-(for a model version registered from the job), and who is told of jobs waiting longer than
-expected (notifications)."""
+(for a model version registered from the job), and who is told of what happens to jobs
+besides their states: waiting longer than expected, stalled, idle (notifications)."""
 
 import logging
 from collections.abc import Callable
@@ -13,7 +13,7 @@ logger = logging.getLogger(__name__)
 _announcers: dict[str, Callable[..., None]] = {}
 _annotations: dict[str, Callable[[], Any]] = {}
 _latest_metrics: dict[str, Callable[..., dict]] = {}
-_overdue: dict[str, Callable[..., None]] = {}
+_noticers: dict[str, Callable[..., None]] = {}
 
 
 def _name(fn: Callable) -> str:
@@ -57,15 +57,17 @@ def latest_metrics(*, job) -> dict:
     return metrics
 
 
-def overdue_register(notify: Callable[..., None]) -> None:
-    """`notify(job_ids=[...])` runs when jobs wait past the p90 first predicted for them
-    (apps/jobs/estimates.py), once per job."""
-    _overdue[_name(notify)] = notify
+def noticer_register(notify: Callable[..., None]) -> None:
+    """`notify(kind=..., reasons={job id: why}, occurrence=...)` runs when something happens
+    to jobs that is not a state change: `waiting_too_long` (apps/jobs/estimates.py, once per
+    job), `stalled` and `idle` (apps/logs/idleness.py, once per occurrence: `occurrence`
+    tells one from the next)."""
+    _noticers[_name(notify)] = notify
 
 
-def overdue(*, job_ids: list[str]) -> None:
-    for name, notify in list(_overdue.items()):
+def notice(*, kind: str, reasons: dict[str, str], occurrence: str = "") -> None:
+    for name, notify in list(_noticers.items()):
         try:
-            notify(job_ids=job_ids)
+            notify(kind=kind, reasons=reasons, occurrence=occurrence)
         except Exception:
-            logger.exception("%s failed on %d jobs waiting too long", name, len(job_ids))
+            logger.exception("%s failed on %d jobs %s", name, len(reasons), kind)

@@ -129,7 +129,10 @@ def _finish(
         outputs_send(attempt=attempt)
     elif outcome == AttemptState.CANCELLED or job.cancel_requested:
         who = "by request" if job.cancel_requested else "on the cluster"
-        transition(job=job, to=State.CANCELLED, attempt=attempt, reason=f"cancelled {who}")
+        reason = f"cancelled {who}"
+        if job.cancel_requested and job.state_reason.startswith("cancelling: "):
+            reason = "cancelled: " + job.state_reason.removeprefix("cancelling: ")  # why (idle)
+        transition(job=job, to=State.CANCELLED, attempt=attempt, reason=reason)
     elif outcome == AttemptState.TIMEOUT:
         limit = job.spec["resources"]["time_limit"]
         transition(

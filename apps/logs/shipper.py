@@ -15,22 +15,23 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import NamedTuple
 
 from django.conf import settings
-from django.db import IntegrityError, close_old_connections, connection
+from django.db import IntegrityError, close_old_connections
 from django.utils import timezone
 from elasticsearch import ApiError, TransportError, helpers
 from redis.exceptions import RedisError
 
 from apps.compute.backends.base import ClusterUnavailable
+from apps.core.generations import redis_client
 from apps.core.passes import Pass
 from apps.jobs.models import ATTEMPT_ENDED, JobAttempt
 from apps.logs import telemetry
 from apps.logs.es import client, index_name
+from apps.logs.idleness import HEARTBEAT, heartbeats_record
 from apps.logs.index import template_install
 from apps.logs.live import publish_lines, publish_metrics, publish_stream_end
-from apps.logs.metrics import parse_metric_line
+from apps.logs.metrics import Point, parse_metric_line, points_store
 from apps.logs.models import LogCursor
 from apps.logs.parsing import events
 from apps.logs.search_backlog import to_line
@@ -204,7 +205,9 @@ def _bulk(attempt: JobAttempt, stream: str, found) -> None:
             del error
     points = _metric_points(attempt, stream, found, now)
     if points:
-        _store_metrics(points)
+        points_store(points)
+    if any(event.text.startswith(HEARTBEAT) for event in found):
+        heartbeats_record(redis_client(), attempt_ids=[attempt.pk], now=now.timestamp())
     publish_lines(job_id=job.id, lines=[to_line(doc) for doc in docs])
     publish_metrics(job_id=job.id, points=points)
 
@@ -238,19 +241,6 @@ def _send(body: str) -> None:
         raise helpers.BulkIndexError(f"{len(errors)} document(s) failed to index.", errors)
 
 
-class Point(NamedTuple):
-    """One metric value of an output line: a JobMetric row to be."""
-
-    job_id: str
-    attempt_id: str
-    stream: str
-    offset: int
-    step: int
-    name: str
-    value: float
-    timestamp: str
-
-
 def _metric_points(attempt, stream: str, found, now) -> list[Point]:
     points = []
     job_id, attempt_id = str(attempt.job_id), str(attempt.id)
@@ -268,26 +258,6 @@ def _metric_points(attempt, stream: str, found, now) -> list[Point]:
             for name, value in values.items()
         ]
     return points
-
-
-# JobMetric.objects.bulk_create(ignore_conflicts=True), with the rows as one JSON parameter
-# instead of a model instance and an escaped literal per value (that cost a third of the
-# shipper's CPU); the unique (attempt, stream, offset, name) keeps each point once.
-_INSERT_METRICS = """
-INSERT INTO logs_jobmetric
-    (id, created_at, updated_at, job_id, attempt_id, stream, "offset", step, name, value,
-     "timestamp")
-SELECT gen_random_uuid(), now(), now(), job_id, attempt_id, stream, "offset", step, name, value,
-    "timestamp"
-FROM jsonb_to_recordset(%s::jsonb) AS r(job_id uuid, attempt_id uuid, stream text,
-    "offset" bigint, step bigint, name text, value double precision, "timestamp" timestamptz)
-ON CONFLICT DO NOTHING
-"""
-
-
-def _store_metrics(points: list[Point]) -> None:
-    with connection.cursor() as cursor:
-        cursor.execute(_INSERT_METRICS, [_encode([point._asdict() for point in points])])
 
 
 def _advance(

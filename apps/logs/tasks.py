@@ -6,6 +6,7 @@ from celery import shared_task
 
 from apps.core.passes import Pass
 from apps.logs.index import retention_apply
+from apps.logs.usage import usage_pass
 from apps.tenancy.models import Tenant
 
 logger = logging.getLogger(__name__)
@@ -23,3 +24,10 @@ def apply_retention() -> int:
                 logger.info("deleted %s (older than %d days)", ", ".join(names), days)
             deleted += len(names)
     return deleted
+
+
+@shared_task(name="logs.usage_sample", expires=60)
+def usage_sample() -> dict:
+    """Every running job's CPU, memory and GPU sampled into its metrics; stalled and idle
+    jobs told, idle ones past their grace cancelled (apps/logs/usage.py, idleness.py)."""
+    return usage_pass()

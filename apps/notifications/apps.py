@@ -13,7 +13,7 @@ class NotificationsConfig(AppConfig):
     def ready(self) -> None:
         from apps.jobs import extras
         from apps.notifications import delivery  # noqa: F401  (its series for /metrics)
-        from apps.notifications.events import job_events_notify, jobs_overdue_notify
+        from apps.notifications.events import job_events_notify, job_notices_notify
 
         extras.announcer_register(job_events_notify)
-        extras.overdue_register(jobs_overdue_notify)
+        extras.noticer_register(job_notices_notify)

@@ -43,20 +43,24 @@ def job_events_notify(*, events: list[JobEvent]) -> None:
     _notify(jobs=jobs, items=items)
 
 
-def jobs_overdue_notify(*, job_ids: list[str]) -> None:
-    """Jobs still waiting past the p90 first predicted for their start (apps/jobs/estimates.py
-    calls this once per job): `waiting_too_long`, with the reason it waits."""
-    jobs = {j.pk: j for j in Job.objects.filter(pk__in=job_ids).select_related("project")}
+def job_notices_notify(*, kind: str, reasons: dict[str, str], occurrence: str = "") -> None:
+    """What happened to jobs besides a state change (apps/jobs/extras.py notice): waiting
+    past the p90 first predicted for the start, stalled, idle; `reasons` by job id (empty:
+    the job's own state reason)."""
+    jobs = {
+        str(j.pk): j for j in Job.objects.filter(pk__in=list(reasons)).select_related("project")
+    }
     now = timezone.now().isoformat()
-    kind = Event.WAITING_TOO_LONG.value
+    suffix = f"-{occurrence}" if occurrence else ""
     items = [
         (job, kind, _item(
-            kind=kind, event_id=f"overdue-{job.pk}", job=job, state=job.state,
-            reason=job.state_reason or f"waiting in the cluster's queue ({job.state})", at=now,
+            kind=kind, event_id=f"{kind}-{pk}{suffix}", job=job, state=job.state,
+            reason=reasons[pk] or job.state_reason or f"in the cluster's queue ({job.state})",
+            at=now,
         ))
-        for job in jobs.values()
+        for pk, job in jobs.items()
     ]  # fmt: skip
-    _notify(jobs=jobs, items=items)
+    _notify(jobs={job.pk: job for job in jobs.values()}, items=items)
 
 
 def _notify(*, jobs: dict, items: list[tuple]) -> None:

@@ -1,7 +1,7 @@
 """What a notification says: a subject and a text (e-mail and the chat services), and the JSON
 of each channel (a signed webhook gets the items whole). A failed job's item carries the
 failure signatures it matched and the last lines of its output, read when the message is
-sent (the signatures are scanned after the job ends)."""
+sent (the signatures are scanned after the job ends); a stalled job's its last lines."""
 
 from apps.jobs.models import Job
 from apps.logs.models import SignatureMatch
@@ -17,6 +17,8 @@ VERBS = {
     "restarting": "is restarting",
     "cancelled": "was cancelled",
     "waiting_too_long": "is waiting longer than expected",
+    "stalled": "has stalled",
+    "idle": "is idle",
 }
 
 
@@ -37,13 +39,14 @@ def enrich(notification: Notification) -> list[dict]:
     """The items, a failed job's with its signatures and last lines."""
     items = []
     for item in notification.items:
-        if item["event"] == "failed":
+        job = None
+        if item["event"] in ("failed", "stalled"):
             job = Job.objects.filter(pk=item["job"]).first()
-            if job is not None:
-                names = SignatureMatch.objects.filter(job=job).values_list(
-                    "signature__name", flat=True
-                )
-                item = {**item, "signatures": sorted(set(names)), "last_lines": tail(job)}
+        if job is not None and item["event"] == "failed":
+            names = SignatureMatch.objects.filter(job=job).values_list("signature__name", flat=True)
+            item = {**item, "signatures": sorted(set(names)), "last_lines": tail(job)}
+        elif job is not None:  # stalled: where it stopped
+            item = {**item, "last_lines": tail(job)}
         items.append(item)
     return items
 

@@ -15,6 +15,8 @@ class Event(models.TextChoices):
     RESTARTING = "restarting"  # with the cause
     CANCELLED = "cancelled"
     WAITING_TOO_LONG = "waiting_too_long"  # still waiting past its first expected start's p90
+    STALLED = "stalled"  # running, with no output line and no CPU use for a while
+    IDLE = "idle"  # its project's idle policy: told, then cancelled after the grace
 
 
 class Channel(models.TextChoices):

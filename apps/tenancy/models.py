@@ -91,6 +91,20 @@ class Project(Archivable, TenantModel):
     default_cluster = models.ForeignKey(
         "compute.Cluster", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # The idle policy (apps/logs/idleness.py): a running job whose GPUs (or CPUs, where the
+    # nodes report no GPU) stay idle this many minutes is told, then cancelled after the grace.
+    idle_minutes = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(10080)],
+        help_text="A running job whose GPUs (CPUs where there are none) stay idle this many "
+        "minutes is told, then cancelled after the grace; null: no idle policy.",
+    )
+    idle_grace_minutes = models.PositiveIntegerField(
+        default=15,
+        validators=[MaxValueValidator(10080)],
+        help_text="Minutes between telling an idle job and cancelling it.",
+    )
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["tenant", "slug"], name="uniq_project_slug")]

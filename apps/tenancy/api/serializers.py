@@ -173,11 +173,15 @@ class ProjectSerializer(StrictModelSerializer):
             "slug",
             "description",
             "default_cluster",
+            "idle_minutes",
+            "idle_grace_minutes",
             "created_at",
             "updated_at",
             "archived_at",
         ]
-        read_only_fields = ["id", "tenant_id", "created_at", "updated_at"]
+        read_only_fields = [
+            "id", "tenant_id", "idle_minutes", "idle_grace_minutes", "created_at", "updated_at",
+        ]  # fmt: skip
         extra_kwargs = {"slug": {"validators": []}}
         validators = []
 
@@ -187,7 +191,9 @@ class ProjectUpdateSerializer(StrictModelSerializer):
 
     class Meta:
         model = Project
-        fields = ["name", "slug", "description", "default_cluster"]
+        fields = [
+            "name", "slug", "description", "default_cluster", "idle_minutes", "idle_grace_minutes",
+        ]  # fmt: skip
         extra_kwargs = {"slug": {"validators": []}}
 
 

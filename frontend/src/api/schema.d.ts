@@ -3010,9 +3010,11 @@ export interface components {
          *     * `restarting` - Restarting
          *     * `cancelled` - Cancelled
          *     * `waiting_too_long` - Waiting Too Long
+         *     * `stalled` - Stalled
+         *     * `idle` - Idle
          * @enum {string}
          */
-        NotificationEventEnum: "started" | "succeeded" | "failed" | "restarting" | "cancelled" | "waiting_too_long";
+        NotificationEventEnum: "started" | "succeeded" | "failed" | "restarting" | "cancelled" | "waiting_too_long" | "stalled" | "idle";
         /** @enum {unknown} */
         NullEnum: null;
         /**
@@ -3432,6 +3434,10 @@ export interface components {
             description?: string;
             /** @description The cluster jobs run on when their spec names none (a cluster's name). */
             default_cluster?: string | null;
+            /** @description A running job whose GPUs (CPUs where there are none) stay idle this many minutes is told, then cancelled after the grace; null: no idle policy. */
+            idle_minutes?: number | null;
+            /** @description Minutes between telling an idle job and cancelling it. */
+            idle_grace_minutes?: number;
         };
         PatchedQuotaUpdateRequest: {
             gpus?: number | null;
@@ -3485,6 +3491,10 @@ export interface components {
             description?: string;
             /** @description Set with PATCH; null: the tenant's. */
             readonly default_cluster: string | null;
+            /** @description A running job whose GPUs (CPUs where there are none) stay idle this many minutes is told, then cancelled after the grace; null: no idle policy. */
+            readonly idle_minutes: number | null;
+            /** @description Minutes between telling an idle job and cancelling it. */
+            readonly idle_grace_minutes: number;
             /** Format: date-time */
             readonly created_at: string;
             /** Format: date-time */

@@ -15,7 +15,12 @@ import { startsIn } from "../startEstimate";
 
 type Series = Record<string, [number, number][]>;
 
-function MetricsChart({ series, label }: { series: Series; label: string }) {
+// usage samples (apps/logs/usage.py) are named system/...: their step is seconds since submission
+const SYSTEM = "system/";
+const part = (s: Series, system: boolean): Series =>
+  Object.fromEntries(Object.entries(s).filter(([n]) => n.startsWith(SYSTEM) === system));
+
+function MetricsChart({ series, label, xName = "step" }: { series: Series; label: string; xName?: string }) {
   const names = Object.keys(series).sort();
   const option = useMemo(
     () => ({
@@ -23,12 +28,12 @@ function MetricsChart({ series, label }: { series: Series; label: string }) {
       tooltip: { trigger: "axis" },
       legend: { data: names },
       grid: { left: 50, right: 20, top: 40, bottom: 50 },
-      xAxis: { type: "value", name: "step" },
+      xAxis: { type: "value", name: xName },
       yAxis: { type: "value", scale: true },
       dataZoom: [{ type: "inside" }, { type: "slider" }],
       series: names.map((n) => ({ name: n, type: "line", showSymbol: false, data: series[n] })),
     }),
-    [series, names],
+    [series, names, xName],
   );
   return <Chart option={option} height={320} label={label} />;
 }
@@ -226,10 +231,20 @@ export default function JobPage() {
                   style={{ width: 360, marginBottom: 8 }}
                 />
                 {compare.error && <ErrorState error={compare.error} />}
-                {Object.keys(series).length ? (
-                  <MetricsChart series={{ ...series, ...otherSeries }} label={t("job.metrics")} />
+                {Object.keys(part(series, false)).length ? (
+                  <MetricsChart series={part({ ...series, ...otherSeries }, false)} label={t("job.metrics")} />
                 ) : (
                   <EmptyState>{t("job.noMetrics")}</EmptyState>
+                )}
+                {Object.keys(part(series, true)).length > 0 && (
+                  <>
+                    <Typography.Title level={5}>{t("job.resources")}</Typography.Title>
+                    <MetricsChart
+                      series={part({ ...series, ...otherSeries }, true)}
+                      label={t("job.resources")}
+                      xName="s"
+                    />
+                  </>
                 )}
               </>
             ),

@@ -1,6 +1,6 @@
-// The tenant's projects (/console/projects): created, archived and restored.
+// The tenant's projects (/console/projects): created, archived and restored; their idle policy.
 import { useState } from "react";
-import { Form, Input, Space } from "antd";
+import { Button, Form, Input, InputNumber, Space } from "antd";
 import { useQuery, useQueryClient } from "@tanstack/react-query";
 import { api, unwrap, type Schemas } from "../../api/client";
 import { useI18n } from "../../i18n";
@@ -16,6 +16,7 @@ export function Projects() {
   const qc = useQueryClient();
   const [open, setOpen] = useState(false);
   const [archived, setArchived] = useState(false);
+  const [policyOf, setPolicyOf] = useState<Schemas["Project"] | null>(null);
   const live = useProjects();
   const gone = useQuery({
     queryKey: ["projects", tenant?.id, "archived"],
@@ -45,6 +46,23 @@ export function Projects() {
           { title: t("admin.description"), dataIndex: "description" },
           { title: t("common.created"), dataIndex: "created_at", render: fmtTime },
           {
+            title: t("admin.idlePolicy"),
+            render: (_: unknown, p: Schemas["Project"]) => (
+              <Space>
+                {p.idle_minutes
+                  ? t("admin.idlePolicyOn")
+                      .replace("{minutes}", String(p.idle_minutes))
+                      .replace("{grace}", String(p.idle_grace_minutes))
+                  : t("admin.idlePolicyOff")}
+                {!p.archived_at && can("project", "update") && (
+                  <Button size="small" data-testid={`idle-policy-${p.slug}`} onClick={() => setPolicyOf(p)}>
+                    {t("common.edit")}
+                  </Button>
+                )}
+              </Space>
+            ),
+          },
+          {
             title: t("common.actions"),
             render: (_: unknown, p: Schemas["Project"]) =>
               p.archived_at
@@ -70,6 +88,24 @@ export function Projects() {
         </Form.Item>
         <Form.Item label={t("admin.description")} name="description">
           <Input.TextArea />
+        </Form.Item>
+      </CreateModal>
+      <CreateModal<{ idle_minutes: number | null; idle_grace_minutes: number }>
+        title={`${t("admin.idlePolicy")}: ${policyOf?.slug ?? ""}`}
+        open={!!policyOf}
+        onClose={() => setPolicyOf(null)}
+        initial={{ idle_minutes: policyOf?.idle_minutes ?? null, idle_grace_minutes: policyOf?.idle_grace_minutes ?? 15 }}
+        onSubmit={async (v) => {
+          const body = { idle_minutes: v.idle_minutes || null, idle_grace_minutes: v.idle_grace_minutes };
+          unwrap(await api.PATCH("/api/v1/projects/{id}/", { params: { path: { id: policyOf!.id } }, body }));
+          qc.invalidateQueries({ queryKey: ["projects"] });
+        }}
+      >
+        <Form.Item label={t("admin.idleMinutes")} name="idle_minutes" extra={t("admin.idleMinutesHelp")}>
+          <InputNumber min={1} max={10080} />
+        </Form.Item>
+        <Form.Item label={t("admin.idleGrace")} name="idle_grace_minutes" rules={[{ required: true }]}>
+          <InputNumber min={0} max={10080} />
         </Form.Item>
       </CreateModal>
     </Section>
