@@ -13,6 +13,7 @@ from torus import (
     deployments_cli,
     jobs_cli,
     models_cli,
+    notify_cli,
     profiles_cli,
     secrets_cli,
 )
@@ -100,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     models_cli.add_parsers(sub)
     deployments_cli.add_parsers(sub)
     secrets_cli.add_parsers(sub)
+    notify_cli.add_parsers(sub)
     profiles_cli.add_parsers(sub)
     completion.add_parsers(sub)
     return parser

@@ -273,6 +273,31 @@ class Client(JobCalls):
     def delete_secret(self, project: str, name: str) -> None:
         self.request("DELETE", _secret_path(self.project_id(project), name))
 
+    # -- notifications: your own subscriptions ------------------------------------------
+
+    def subscriptions(self) -> list[dict]:
+        return list(self.paginate("/api/v1/subscriptions/"))
+
+    def subscribe(
+        self,
+        *,
+        events: list[str],
+        channel: str,
+        address: str,
+        project: str | None = None,
+        job: str | None = None,
+    ) -> dict:
+        """A webhook's signing secret is in the answer, this once."""
+        body: dict[str, Any] = {"events": events, "channel": channel, "address": address}
+        if project:
+            body["project"] = project
+        if job:
+            body["job"] = job
+        return self.request("POST", "/api/v1/subscriptions/", json=body)
+
+    def unsubscribe(self, subscription_id: str) -> None:
+        self.request("DELETE", f"/api/v1/subscriptions/{subscription_id}/")
+
     def tokens(self) -> list[dict]:
         return list(self.paginate("/api/v1/tokens/"))
 
