@@ -85,6 +85,12 @@ def _send(messages: list[tuple[str, dict]]) -> None:
         logger.warning("live publish to %d group(s) failed: %s", len(messages), exc)
 
 
+def publish(*, messages: list[tuple[str, dict]]) -> None:
+    """(group, message) pairs of an app above logs (the notifications' bell), sent as the
+    logs' own: one trip through the publishing loop, groups without members skipped."""
+    _send(messages)
+
+
 def publish_lines(*, job_id, lines: list[dict]) -> None:
     """Send lines to the job's live viewers: a message per 500 lines, never one per line."""
     group = job_group(job_id)

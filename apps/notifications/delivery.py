@@ -35,6 +35,8 @@ FAILURES = telemetry.counter(
 
 def _send(notification: Notification) -> TryResult:
     subscription = notification.subscription
+    if subscription.channel == Channel.INAPP:  # the bell had it when it was made
+        return TryResult(ok=True)
     items = messages.enrich(notification)
     if subscription.channel == Channel.EMAIL:
         message = EmailMessage(

@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from apps.jobs.models import Job, JobEvent
 from apps.jobs.states import State
+from apps.notifications.bell import bell_publish
 from apps.notifications.models import Event, Notification, NotificationState, Subscription
 from apps.tenancy.models import Membership
 
@@ -80,13 +81,15 @@ def _notify(*, jobs: dict, items: list[tuple]) -> None:
     )
     if not subscriptions:
         return
-    made = []
+    made, bell = [], {}
     for job, kind, item in items:
         for subscription in subscriptions:
             if kind in subscription.events and _covers(subscription, job):
                 made.append(_add(subscription=subscription, job=job, item=item))
+                bell[(subscription.user_id, item["event_id"])] = (job.tenant_id, item)
     for pk in {pk for pk in made if pk}:
         current_app.send_task("notifications.deliver", args=[str(pk)])
+    bell_publish(items=bell)
 
 
 def _covers(subscription: Subscription, job) -> bool:

@@ -26,6 +26,7 @@ class Channel(models.TextChoices):
     FEISHU = "feishu"
     DINGTALK = "dingtalk"
     WECOM = "wecom"
+    INAPP = "inapp"  # the UI's bell only (every subscription's events reach the bell too)
 
 
 class Subscription(TenantModel):
@@ -44,7 +45,7 @@ class Subscription(TenantModel):
     )
     events = ArrayField(models.CharField(max_length=16, choices=Event.choices))
     channel = models.CharField(max_length=16, choices=Channel.choices)
-    address = models.CharField(max_length=2048)  # an e-mail address or an https URL
+    address = models.CharField(max_length=2048, blank=True)  # e-mail, https URL ("": inapp)
     secret = models.CharField(max_length=64, blank=True, default="")  # signs webhook bodies
     failing_since = models.DateTimeField(null=True, blank=True)  # its last message failed
     last_error = models.CharField(max_length=500, blank=True, default="")

@@ -14,6 +14,8 @@ from apps.tenancy.audit import audit_record
 
 def address_problem(*, channel: str, address: str, allow_http: bool) -> str | None:
     """Why this address cannot take this channel's messages, or None."""
+    if channel == Channel.INAPP:
+        return "An in-app subscription takes no address." if address else None
     if channel == Channel.EMAIL:
         try:
             validate_email(address)

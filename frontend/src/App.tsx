@@ -9,6 +9,7 @@ import { useSession } from "./session";
 import { Loading } from "./components/common";
 import { ErrorBoundary } from "./components/ErrorBoundary";
 import { LangSwitch } from "./components/LangSwitch";
+import { Bell } from "./components/Bell";
 import { useProjects } from "./projects";
 import { LoginPage } from "./pages/Login";
 import { InviteAcceptPage } from "./pages/InviteAccept";
@@ -20,6 +21,7 @@ const JobPage = lazy(() => import("./pages/Job"));
 const LogSearchPage = lazy(() => import("./pages/LogSearch"));
 const AdminPage = lazy(() => import("./pages/admin/Admin"));
 const ClustersPage = lazy(() => import("./pages/Clusters"));
+const SubscriptionsPage = lazy(() => import("./pages/Subscriptions"));
 const DatasetsPage = lazy(() => import("./pages/catalog/Datasets").then((m) => ({ default: m.DatasetsPage })));
 const ModelsPage = lazy(() => import("./pages/catalog/Models").then((m) => ({ default: m.ModelsPage })));
 const DeploymentsPage = lazy(() => import("./pages/deployments/List"));
@@ -116,6 +118,7 @@ function Shell() {
         >
           {tenants.length ? <Switchers /> : <span />}
           <Space>
+            <Bell />
             <LangSwitch />
             <Typography.Text data-testid="whoami">{me?.user?.username}</Typography.Text>
             <Button onClick={signOut} data-testid="sign-out">
@@ -138,6 +141,7 @@ function Shell() {
                 <Route path="/deployments/new" element={<DeployPage />} />
                 <Route path="/deployments/:id" element={<DeploymentPage />} />
                 <Route path="/clusters" element={<ClustersPage />} />
+                <Route path="/notifications" element={<SubscriptionsPage />} />
                 <Route path="/invitations/accept" element={<InviteAcceptPage />} />
                 <Route path="/console/:section" element={<AdminPage />} />
                 <Route path="*" element={<Navigate to="/" replace />} />

@@ -47,7 +47,11 @@ class SubscriptionCreateSerializer(StrictSerializer):
     )
     channel = serializers.ChoiceField(choices=Channel.choices)
     address = serializers.CharField(
-        max_length=2048, help_text="An e-mail address, or an https URL for the other channels."
+        max_length=2048,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="An e-mail address, or an https URL for the other channels; none for inapp.",
     )
 
     def validate(self, data):

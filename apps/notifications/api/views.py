@@ -2,13 +2,14 @@
 read, create, delete."""
 
 from django.http import Http404
-from drf_spectacular.utils import extend_schema
-from rest_framework import mixins, status
+from drf_spectacular.utils import extend_schema, inline_serializer
+from rest_framework import mixins, serializers, status
+from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from apps.core.api.validation import validated
 from apps.jobs.models import Job
-from apps.notifications import services
+from apps.notifications import bell, services
 from apps.notifications.api.serializers import (
     SubscriptionCreatedSerializer,
     SubscriptionCreateSerializer,
@@ -62,3 +63,16 @@ class SubscriptionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Tena
     def destroy(self, request, *args, **kwargs):
         services.subscription_delete(actor=self.actor, subscription=self.get_object())
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(
+        responses=inline_serializer(
+            "NotificationInbox",
+            {"items": serializers.ListField(child=serializers.DictField())},
+        )
+    )
+    @action(detail=False, methods=["get"], policy_action="read", pagination_class=None)
+    def inbox(self, request):
+        """The bell's latest 50 items of your subscriptions (any channel), newest first: event,
+        job, name, project, state, reason, at, tenant. New ones come live on /ws/notifications/."""
+        mine = self.filter_queryset(self.get_queryset())
+        return Response({"items": bell.inbox(subscriptions=mine)})

@@ -1627,6 +1627,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/subscriptions/inbox/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * @description The bell's latest 50 items of your subscriptions (any channel), newest first: event,
+         *     job, name, project, state, reason, at, tenant. New ones come live on /ws/notifications/.
+         */
+        get: operations["v1_subscriptions_inbox_retrieve"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/tenants/": {
         parameters: {
             query?: never;
@@ -3000,9 +3020,10 @@ export interface components {
          *     * `feishu` - Feishu
          *     * `dingtalk` - Dingtalk
          *     * `wecom` - Wecom
+         *     * `inapp` - Inapp
          * @enum {string}
          */
-        NotificationChannelEnum: "email" | "webhook" | "slack" | "feishu" | "dingtalk" | "wecom";
+        NotificationChannelEnum: "email" | "webhook" | "slack" | "feishu" | "dingtalk" | "wecom" | "inapp";
         /**
          * @description * `started` - Started
          *     * `succeeded` - Succeeded
@@ -3015,6 +3036,11 @@ export interface components {
          * @enum {string}
          */
         NotificationEventEnum: "started" | "succeeded" | "failed" | "restarting" | "cancelled" | "waiting_too_long" | "stalled" | "idle";
+        NotificationInbox: {
+            items: {
+                [key: string]: unknown;
+            }[];
+        };
         /** @enum {unknown} */
         NullEnum: null;
         /**
@@ -3832,7 +3858,10 @@ export interface components {
             job?: string | null;
             events: components["schemas"]["NotificationEventEnum"][];
             channel: components["schemas"]["NotificationChannelEnum"];
-            /** @description An e-mail address, or an https URL for the other channels. */
+            /**
+             * @description An e-mail address, or an https URL for the other channels; none for inapp.
+             * @default
+             */
             address: string;
         };
         SubscriptionCreated: {
@@ -17123,6 +17152,106 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            /** @description Invalid input; `fields` names each bad field and why. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Authenticated but not allowed. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found (or not visible to this tenant). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Method not allowed. */
+            405: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Conflict with the current state. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Request body too large. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Too many requests; see Retry-After. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Internal server error. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    v1_subscriptions_inbox_retrieve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["NotificationInbox"];
+                };
             };
             /** @description Invalid input; `fields` names each bad field and why. */
             400: {

@@ -1,7 +1,8 @@
 // Live sockets (apps/logs/consumers.py), reconnecting with backoff unless the server closed
 // them with a reason (44xx; 4401, signed out, also ends the page's session): one job over
 // /ws/jobs/{id}/ (backlog, then lines, metrics, state changes and stream ends), and a jobs
-// list over /ws/tenants/{id}/jobs/ (every state change of the tenant's jobs).
+// list over /ws/tenants/{id}/jobs/ (every state change of the tenant's jobs), and the bell over
+// /ws/notifications/ (each event of the person's subscriptions).
 import { useCallback, useEffect, useRef } from "react";
 import { useQueryClient } from "@tanstack/react-query";
 import { session, wsUrl } from "../api/client";
@@ -119,4 +120,22 @@ export function useLiveJobs(
     [qc],
   );
   useTenantJobsSocket(tenantId, project, onMessage);
+}
+
+export type BellItem = {
+  event: string;
+  event_id: string;
+  job: string;
+  name: string;
+  project: string;
+  state: string;
+  reason: string;
+  at: string;
+  tenant: string;
+};
+export type BellMessage = { type: "subscribed" } | { type: "items"; items: BellItem[] };
+
+/** The bell's new items (apps/notifications/consumers.py), as they are made. */
+export function useBellSocket(enabled: boolean, onMessage: (m: BellMessage) => void) {
+  useLiveSocket(enabled ? "/ws/notifications/" : null, onMessage);
 }
