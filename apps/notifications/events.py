@@ -5,6 +5,7 @@ that job go into one message, and a person past TORUS_NOTIFY_HOURLY_LIMIT messag
 gets the rest in one digest at the end of that hour."""
 
 from datetime import timedelta
+from typing import NamedTuple
 
 from celery import current_app
 from django.conf import settings
@@ -16,6 +17,7 @@ from apps.jobs.models import Job, JobEvent
 from apps.jobs.states import State
 from apps.notifications.bell import bell_publish
 from apps.notifications.models import Event, Notification, NotificationState, Subscription
+from apps.serving.models import Deployment
 from apps.tenancy.models import Membership
 
 EVENT_OF_STATE = {
@@ -64,8 +66,37 @@ def job_notices_notify(*, kind: str, reasons: dict[str, str], occurrence: str = 
     _notify(jobs={job.pk: job for job in jobs.values()}, items=items)
 
 
+class Owner(NamedTuple):
+    """What a deployment's item is matched by, as a job's is: its project, tenant, creator."""
+
+    pk: object
+    project_id: object
+    tenant_id: object
+    user_id: object
+
+
+def deployment_health_notify(*, deployment_id, kind: str, event_id, reason: str) -> None:
+    """A deployment started failing or recovered (apps/serving/listeners.py): told to the
+    subscriptions of its project and its creator's own, as `deploy_failing` or
+    `deploy_recovered`."""
+    deployment = Deployment.objects.filter(pk=deployment_id).select_related("project").first()
+    if deployment is None:
+        return
+    event = Event.DEPLOY_FAILING if kind == "failing" else Event.DEPLOY_RECOVERED
+    owner = Owner(
+        deployment.pk, deployment.project_id, deployment.tenant_id, deployment.created_by_id
+    )
+    item = _item(
+        kind=event.value, event_id=f"{event.value}-{event_id}", job=deployment,
+        state=deployment.state, reason=reason, at=timezone.now().isoformat(),
+    )  # fmt: skip
+    item |= {"job": "", "deployment": str(deployment.pk)}
+    _notify(jobs={deployment.pk: owner}, items=[(owner, event.value, item)])
+
+
 def _notify(*, jobs: dict, items: list[tuple]) -> None:
-    """Each (job, event kind, item) to the subscriptions that want it."""
+    """Each (job, event kind, item) to the subscriptions that want it (a deployment's: an
+    Owner, no job of its own)."""
     if not items:
         return
     scope = Q(job_id__in=list(jobs)) | Q(
@@ -85,7 +116,8 @@ def _notify(*, jobs: dict, items: list[tuple]) -> None:
     for job, kind, item in items:
         for subscription in subscriptions:
             if kind in subscription.events and _covers(subscription, job):
-                made.append(_add(subscription=subscription, job=job, item=item))
+                of = job if isinstance(job, Job) else None
+                made.append(_add(subscription=subscription, job=of, item=item))
                 bell[(subscription.user_id, item["event_id"])] = (job.tenant_id, item)
     for pk in {pk for pk in made if pk}:
         current_app.send_task("notifications.deliver", args=[str(pk)])

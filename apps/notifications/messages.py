@@ -19,6 +19,8 @@ VERBS = {
     "waiting_too_long": "is waiting longer than expected",
     "stalled": "has stalled",
     "idle": "is idle",
+    "deploy_failing": "is failing",
+    "deploy_recovered": "has recovered",
 }
 
 
@@ -55,13 +57,19 @@ def subject(notification: Notification, items: list[dict]) -> str:
     if notification.digest:
         return f"Torus: {len(items)} job events in the last hour"
     first = items[-1]
-    return f"Torus: job {first['name']} {VERBS[first['event']]}"
+    what = "deployment" if first.get("deployment") else "job"
+    return f"Torus: {what} {first['name']} {VERBS[first['event']]}"
 
 
 def text(items: list[dict]) -> str:
     parts = []
     for item in items:
-        line = f"Job {item['name']} ({item['job']}) in {item['project']} {VERBS[item['event']]}"
+        what = (
+            f"Deployment {item['name']} ({item['deployment']})"
+            if item.get("deployment")
+            else (f"Job {item['name']} ({item['job']})")
+        )
+        line = f"{what} in {item['project']} {VERBS[item['event']]}"
         parts.append(
             line + (f": {item['reason']}" if item.get("reason") else "") + f" at {item['at']}"
         )

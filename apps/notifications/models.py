@@ -17,6 +17,8 @@ class Event(models.TextChoices):
     WAITING_TOO_LONG = "waiting_too_long"  # still waiting past its first expected start's p90
     STALLED = "stalled"  # running, with no output line and no CPU use for a while
     IDLE = "idle"  # its project's idle policy: told, then cancelled after the grace
+    DEPLOY_FAILING = "deploy_failing"  # a deployment that was serving no longer is
+    DEPLOY_RECOVERED = "deploy_recovered"  # and serves again
 
 
 class Channel(models.TextChoices):

@@ -145,6 +145,8 @@ class EventKind(models.TextChoices):
     UPDATED = "updated"
     STOPPED = "stopped"
     FAILED = "failed"
+    FAILING = "failing"  # it was serving and fewer replicas are ready than asked for; once
+    RECOVERED = "recovered"  # READY again after failing or FAILED
 
 
 class DeploymentEvent(TenantModel):

@@ -29,7 +29,7 @@ from rest_framework.exceptions import ValidationError
 from apps.core.passes import Pass, describe
 from apps.jobs.models import Job
 from apps.jobs.states import State
-from apps.serving import autoscale, replicas, routes, selectors
+from apps.serving import autoscale, listeners, replicas, routes, selectors
 from apps.serving.models import (
     REPLICA_LIVE,
     Deployment,
@@ -408,6 +408,44 @@ def _set_state(*, deployment: Deployment, current: list, old: list, before: tupl
     if (state, reason, desired) != before:
         deployment.save(update_fields=["state", "state_reason", "replicas_desired", "updated_at"])
         routes.publish_on_commit(deployment_id=deployment.pk)
+        _health_told(deployment=deployment, before=before[0])
+
+
+SERVING = (DeploymentState.READY, DeploymentState.UPDATING)
+
+
+def _health_told(*, deployment: Deployment, before: str) -> None:
+    """A deployment that was serving and no longer is (fewer replicas ready than asked for)
+    gets a `failing` event, once; FAILED is told by its `failed` event; READY again after
+    either, a `recovered` event. Each goes to the listeners (notifications) after the
+    commit."""
+    state = deployment.state
+    last = (
+        deployment.events.filter(
+            kind__in=[EventKind.FAILED, EventKind.FAILING, EventKind.RECOVERED]
+        )
+        .order_by("-created_at")
+        .first()
+    )
+    told = last is not None and last.kind != EventKind.RECOVERED
+    reason = deployment.state_reason or state.lower()
+    if state == DeploymentState.FAILED and last is not None and last.kind == EventKind.FAILED:
+        kind, event = EventKind.FAILING, last  # _fail recorded it in this pass
+    elif before in SERVING and state in (DeploymentState.DEGRADED, DeploymentState.STARTING):
+        if told:
+            return
+        kind = EventKind.FAILING
+        event = event_record(deployment=deployment, kind=kind, message=reason)
+    elif state == DeploymentState.READY and told:
+        kind = EventKind.RECOVERED
+        event = event_record(deployment=deployment, kind=kind, message="serving again")
+    else:
+        return
+    transaction.on_commit(
+        lambda: listeners.health_changed(
+            deployment_id=deployment.pk, kind=kind.value, event_id=event.pk, reason=reason
+        )
+    )
 
 
 def _waiting_reason(current: list[Replica]) -> str:

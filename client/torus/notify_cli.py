@@ -10,9 +10,9 @@ from torus.output import emit
 
 EVENTS = (
     "started", "succeeded", "failed", "restarting", "cancelled", "waiting_too_long", "stalled",
-    "idle",
+    "idle", "deploy_failing", "deploy_recovered",
 )  # fmt: skip
-CHANNELS = ("email", "webhook", "slack", "feishu", "dingtalk", "wecom")
+CHANNELS = ("email", "webhook", "slack", "feishu", "dingtalk", "wecom", "inapp")
 
 
 def _scope(row: dict) -> dict:
@@ -69,7 +69,12 @@ def add_parsers(sub) -> None:
     )
     add.add_argument("--events", required=True, help="comma-separated: failed,succeeded,...")
     add.add_argument("--channel", choices=CHANNELS, default="email")
-    add.add_argument("address", help="an e-mail address, or the webhook's https URL")
+    add.add_argument(
+        "address",
+        nargs="?",
+        default="",
+        help="an e-mail address, or the webhook's https URL (none for inapp: the UI's bell)",
+    )
     add.add_argument("--project", help="a project's jobs (slug or id)")
     add.add_argument("--job", help="one job (id)")
     add.set_defaults(func=cmd_add)

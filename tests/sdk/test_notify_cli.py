@@ -48,6 +48,9 @@ def test_subscribe_list_and_remove_from_the_cli(live_server, acme, settings):
         assert bad.returncode != 0 and words in bad.stderr, bad.stderr
         assert "Traceback" not in bad.stderr
     assert Subscription.objects.count() == 2
+    bell = run_cli("notify", "add", "--events", "deploy_failing", "--channel", "inapp", env=env)
+    assert bell.returncode == 0, bell.stderr
+    Subscription.objects.filter(channel="inapp").delete()
 
     email = next(r for r in rows if r["channel"] == "email")
     gone = run_cli("notify", "rm", email["id"], env=env)

@@ -11,6 +11,8 @@ from django.test import override_settings
 from django.urls import reverse
 
 from apps.jobs.models import Job
+from apps.notifications.messages import text
+from apps.notifications.models import Notification
 from apps.serving import routes, services
 from apps.serving.models import Deployment, Replica
 from apps.tenancy.models import Role
@@ -57,6 +59,8 @@ def test_a_replica_whose_job_is_killed_is_replaced(acme, gguf_version, serving_l
     noticed = "replica_replaced" if "replica_replaced" in kinds else "replica_unhealthy"
     assert kinds.count("replica_ready") == 2 and noticed in kinds, kinds
     assert kinds.index(noticed) < len(kinds) - 1 - kinds[::-1].index("replica_ready")
+    # serving, then not (no replica ready), then again: failing once, then recovered
+    assert kinds.count("failing") == 1 and kinds.index("failing") < kinds.index("recovered")
     # the route table the gateway reads has only the new replica
     route = routes.build(deployment_id=made["id"])
     assert [r["id"] for r in route["replicas"]] == [str(second.pk)]
@@ -103,6 +107,13 @@ def test_a_model_that_cannot_start_fails_the_deployment(
     data = tiny_gguf.read_bytes()
     broken.write_bytes(data[: len(data) // 2])
     register_gguf(acme, broken, name="broken")
+    told = acme.client(Role.MEMBER).post(
+        reverse("subscription-list"),
+        {"events": ["deploy_failing", "deploy_recovered"], "channel": "inapp",
+         "project": str(acme.project.pk)},
+        format="json",
+    )  # fmt: skip
+    assert told.status_code == 201, told.content
     made = deploy(acme.client(Role.MEMBER), acme.project, name="broken", model="broken:1")
     deployment = wait_for(
         made["id"], condition=lambda d: d.state == "FAILED", timeout=180, what="FAILED"
@@ -119,3 +130,12 @@ def test_a_model_that_cannot_start_fails_the_deployment(
     assert response.status_code == 200, response.content
     deployment = wait_ready(made["id"], replicas=1)
     assert deployment.version.number == 2 and deployment.state_reason == ""
+    # its subscribers were told it failed, once, and that it recovered
+    kinds = event_kinds(made["id"])
+    assert kinds.count("failed") == 1 and kinds[-1] == "recovered", kinds
+    items = [i for n in Notification.objects.order_by("created_at") for i in n.items]
+    assert [(i["event"], i["deployment"], i["name"]) for i in items] == [
+        ("deploy_failing", made["id"], "broken"), ("deploy_recovered", made["id"], "broken"),
+    ]  # fmt: skip
+    assert "2 replicas in a row ended before they were ready" in items[0]["reason"]
+    assert text(items[:1]).startswith(f"Deployment broken ({made['id']}) in ")

@@ -2231,9 +2231,11 @@ export interface components {
          *     * `updated` - Updated
          *     * `stopped` - Stopped
          *     * `failed` - Failed
+         *     * `failing` - Failing
+         *     * `recovered` - Recovered
          * @enum {string}
          */
-        DeploymentEventKindEnum: "created" | "scaled_up" | "scaled_down" | "replica_started" | "replica_ready" | "replica_unhealthy" | "replica_replaced" | "replica_stopped" | "rollout_started" | "rollout_done" | "scaled_to_zero" | "woken" | "updated" | "stopped" | "failed";
+        DeploymentEventKindEnum: "created" | "scaled_up" | "scaled_down" | "replica_started" | "replica_ready" | "replica_unhealthy" | "replica_replaced" | "replica_stopped" | "rollout_started" | "rollout_done" | "scaled_to_zero" | "woken" | "updated" | "stopped" | "failed" | "failing" | "recovered";
         DeploymentKey: {
             /** Format: uuid */
             readonly id: string;
@@ -3033,9 +3035,11 @@ export interface components {
          *     * `waiting_too_long` - Waiting Too Long
          *     * `stalled` - Stalled
          *     * `idle` - Idle
+         *     * `deploy_failing` - Deploy Failing
+         *     * `deploy_recovered` - Deploy Recovered
          * @enum {string}
          */
-        NotificationEventEnum: "started" | "succeeded" | "failed" | "restarting" | "cancelled" | "waiting_too_long" | "stalled" | "idle";
+        NotificationEventEnum: "started" | "succeeded" | "failed" | "restarting" | "cancelled" | "waiting_too_long" | "stalled" | "idle" | "deploy_failing" | "deploy_recovered";
         NotificationInbox: {
             items: {
                 [key: string]: unknown;

@@ -50,7 +50,8 @@ export function Bell() {
           <List.Item.Meta
             title={
               <span>
-                <Link to={`/jobs/${i.job}`}>{i.name}</Link> {t(`bell.${i.event}` as never) || i.event}
+                <Link to={i.deployment ? `/deployments/${i.deployment}` : `/jobs/${i.job}`}>{i.name}</Link>{" "}
+                {t(`bell.${i.event}` as never) || i.event}
               </span>
             }
             description={

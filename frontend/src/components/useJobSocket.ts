@@ -125,7 +125,8 @@ export function useLiveJobs(
 export type BellItem = {
   event: string;
   event_id: string;
-  job: string;
+  job: string; // "" for a deployment's item
+  deployment?: string;
   name: string;
   project: string;
   state: string;

@@ -324,6 +324,8 @@ export const en = {
   "bell.waiting_too_long": "is waiting longer than expected",
   "bell.stalled": "has stalled",
   "bell.idle": "is idle",
+  "bell.deploy_failing": "is failing",
+  "bell.deploy_recovered": "has recovered",
   "admin.idlePolicy": "Idle policy",
   "admin.idlePolicyOn": "idle {minutes} min: told, cancelled {grace} min later",
   "admin.idlePolicyOff": "off",

@@ -326,6 +326,8 @@ export const zh: Record<keyof typeof en, string> = {
   "bell.waiting_too_long": "等待超出预期",
   "bell.stalled": "已停滞",
   "bell.idle": "处于空闲",
+  "bell.deploy_failing": "出现故障",
+  "bell.deploy_recovered": "已恢复",
   "admin.idlePolicy": "空闲策略",
   "admin.idlePolicyOn": "空闲 {minutes} 分钟：通知，{grace} 分钟后取消",
   "admin.idlePolicyOff": "关闭",

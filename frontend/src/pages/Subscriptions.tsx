@@ -13,7 +13,10 @@ import { ConfirmButton, CreateButton, CreateModal, ListTable, Section, useMutate
 type Subscription = Schemas["Subscription"];
 type Event = Schemas["NotificationEventEnum"];
 type Channel = Schemas["NotificationChannelEnum"];
-const EVENTS: Event[] = ["started", "succeeded", "failed", "restarting", "cancelled", "waiting_too_long", "stalled", "idle"];
+const EVENTS: Event[] = [
+  "started", "succeeded", "failed", "restarting", "cancelled", "waiting_too_long", "stalled", "idle",
+  "deploy_failing", "deploy_recovered",
+];
 const CHANNELS: Channel[] = ["inapp", "email", "webhook", "slack", "feishu", "dingtalk", "wecom"];
 type Form = { events: Event[]; channel: Channel; address?: string; project?: string; job?: string };
 
