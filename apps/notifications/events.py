@@ -16,6 +16,7 @@ from django.utils import timezone
 from apps.jobs.models import Job, JobEvent
 from apps.jobs.states import State
 from apps.notifications.bell import bell_publish
+from apps.notifications.defaults import defaults_apply
 from apps.notifications.models import Event, Notification, NotificationState, Subscription
 from apps.serving.models import Deployment
 from apps.tenancy.models import Membership
@@ -99,6 +100,7 @@ def _notify(*, jobs: dict, items: list[tuple]) -> None:
     Owner, no job of its own)."""
     if not items:
         return
+    defaults_apply(owners={(j.tenant_id, j.user_id) for j in jobs.values()})
     scope = Q(job_id__in=list(jobs)) | Q(
         job=None, project_id__in={j.project_id for j in jobs.values()}
     )

@@ -31,6 +31,27 @@ class Channel(models.TextChoices):
     INAPP = "inapp"  # the UI's bell only (every subscription's events reach the bell too)
 
 
+class NotificationDefault(TenantModel):
+    """A tenant admin's default: every member who has made no subscription of their own in the
+    tenant is told of `events` of their own jobs on `channel` (their account's e-mail, or the
+    bell), through a subscription made for them (Subscription.default) when first needed."""
+
+    tenant = models.ForeignKey("tenancy.Tenant", on_delete=models.CASCADE, related_name="+")
+    events = ArrayField(models.CharField(max_length=16, choices=Event.choices))
+    channel = models.CharField(
+        max_length=16, choices=[(Channel.EMAIL, "Email"), (Channel.INAPP, "Inapp")]
+    )
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "channel"], name="uniq_notify_default")
+        ]
+        ordering = ["channel"]
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id} {self.channel} {','.join(self.events)}"
+
+
 class Subscription(TenantModel):
     """A person told of `events` of one job, of a project's jobs, or of all their own jobs
     (neither set), on one channel."""
@@ -51,6 +72,10 @@ class Subscription(TenantModel):
     secret = models.CharField(max_length=64, blank=True, default="")  # signs webhook bodies
     failing_since = models.DateTimeField(null=True, blank=True)  # its last message failed
     last_error = models.CharField(max_length=500, blank=True, default="")
+    # made from the tenant's default (apps/notifications/defaults.py); None: the person's own
+    default = models.ForeignKey(
+        NotificationDefault, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
 
     class Meta:
         indexes = [models.Index(fields=["tenant", "user"])]

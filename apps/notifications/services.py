@@ -7,7 +7,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
 
 from apps.core.actor import Actor
-from apps.notifications.models import Channel, Event, Subscription
+from apps.notifications.models import Channel, Event, NotificationDefault, Subscription
 from apps.registry.webhooks import UrlRefused, resolve
 from apps.tenancy.audit import audit_record
 
@@ -85,3 +85,37 @@ def subscription_delete(*, actor: Actor, subscription: Subscription) -> None:
         changes={"channel": subscription.channel},
     )
     subscription.delete()
+
+
+def notification_default_set(*, actor: Actor, tenant, channel: str, events: list[str]):
+    """The tenant's default for `channel` (email or inapp): made, or its events replaced.
+    Members without their own subscriptions get it at their jobs' next event."""
+    if channel not in (Channel.EMAIL, Channel.INAPP):
+        raise ValidationError({"channel": ["A default is sent by email or to the bell (inapp)."]})
+    unknown = sorted(set(events) - set(Event.values))
+    if unknown or not events:
+        message = f"Unknown events: {', '.join(unknown)}." if unknown else "Name an event."
+        raise ValidationError({"events": [message]})
+    row, made = NotificationDefault.objects.update_or_create(
+        tenant=tenant, channel=channel, defaults={"events": sorted(set(events))}
+    )
+    audit_record(
+        actor=actor,
+        tenant_id=tenant.pk,
+        action="notification_default.create" if made else "notification_default.update",
+        target=row,
+        changes={"channel": channel, "events": row.events},
+    )
+    return row
+
+
+def notification_default_delete(*, actor: Actor, default) -> None:
+    """The default and the subscriptions made from it go."""
+    audit_record(
+        actor=actor,
+        tenant_id=default.tenant_id,
+        action="notification_default.delete",
+        target=default,
+        changes={"channel": default.channel},
+    )
+    default.delete()

@@ -109,6 +109,10 @@ MATRIX: dict[tuple[str, str], Role] = {
     ("subscription", "read"): Role.VIEWER,
     ("subscription", "create"): Role.VIEWER,
     ("subscription", "delete"): Role.VIEWER,
+    # The tenant's notification defaults: every member reads them, admins set them.
+    ("notification_default", "read"): Role.VIEWER,
+    ("notification_default", "create"): Role.ADMIN,
+    ("notification_default", "delete"): Role.ADMIN,
 }
 
 # Actions that only read: the only ones a read-only token may do.

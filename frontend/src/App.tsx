@@ -87,12 +87,13 @@ function Shell() {
         ...(can("audit-event", "read") ? [item("/console/audit", "nav.audit")] : []),
         item("/console/signatures", "nav.signatures"),
         ...(can("webhook", "read") ? [item("/console/webhooks", "nav.webhooks")] : []),
+        item("/console/notifications", "nav.notifyDefaults"),
       ],
     },
   ];
   const selected =
     ["/jobs/new", "/jobs", "/logs", "/datasets", "/models", "/deployments", "/clusters", "/console/members", "/console/invitations", "/console/projects", "/console/secrets", "/console/quotas",
-      "/console/tokens", "/console/audit", "/console/signatures", "/console/webhooks"].find((p) => loc.pathname.startsWith(p)) ?? "/";
+      "/console/tokens", "/console/audit", "/console/signatures", "/console/webhooks", "/console/notifications"].find((p) => loc.pathname.startsWith(p)) ?? "/";
   const signOut = async () => {
     await api.POST("/api/v1/auth/logout");
     qc.removeQueries({ predicate: (q) => q.queryKey[0] !== "me" });

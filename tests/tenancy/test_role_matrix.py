@@ -77,6 +77,8 @@ def _request(world, role, resource, action, cluster=None):
         return client.get(reverse("logs-context"), {"id": f"{attempt.pk}:stdout:0"})
     if resource == "subscription":
         return _request_subscription(world, role, action)
+    if resource == "notification_default":
+        return _request_notification_default(world, role, action)
     if resource == "failure-signature":
         from apps.logs.models import FailureSignature
 
@@ -136,6 +138,21 @@ def _request_subscription(world, role, action):
         tenant=world.tenant, user=world.users[role], **{**body, "events": ["failed"]}
     )
     url = reverse("subscription-detail", kwargs={"pk": own.pk})
+    return client.get(url) if action == "read" else client.delete(url)
+
+
+def _request_notification_default(world, role, action):
+    """The tenant's notification defaults: every member reads, admins set and remove."""
+    from apps.notifications.models import NotificationDefault
+
+    client = world.client(role)
+    if action == "create":
+        body = {"channel": "email", "events": ["failed"]}
+        return client.post(reverse("notification-default-list"), body, format="json")
+    row, _ = NotificationDefault.objects.get_or_create(
+        tenant=world.tenant, channel="inapp", defaults={"events": ["failed"]}
+    )
+    url = reverse("notification-default-detail", kwargs={"pk": row.pk})
     return client.get(url) if action == "read" else client.delete(url)
 
 
@@ -231,6 +248,7 @@ def test_matrix_covers_every_resource_and_verb():
         "deployment",
         "secret",
         "subscription",
+        "notification_default",
     }
 
 

@@ -12,7 +12,7 @@ from apps.compute.models import AcceleratorType
 from apps.datasets.models import Dataset, DatasetVersion
 from apps.jobs.models import Job, JobEvent
 from apps.logs.models import FailureSignature
-from apps.notifications.models import Subscription
+from apps.notifications.models import NotificationDefault, Subscription
 from apps.quotas.models import Quota
 from apps.registry.models import ModelVersion, RegisteredModel, Webhook
 from apps.secrets import crypto
@@ -137,6 +137,9 @@ def acme_objects(acme, cluster) -> dict:
             events=["failed"],
             channel="email",
             address="member@acme.example",
+        ),
+        "notification-default": NotificationDefault.objects.create(
+            tenant=acme.tenant, channel="email", events=["failed"]
         ),
         "failure-signature": FailureSignature.objects.create(
             tenant=acme.tenant, name="acme-oom", query="out of memory"

@@ -4,7 +4,7 @@ the signing secret, but once, at creation)."""
 from rest_framework import serializers
 
 from apps.core.api.serializers import StrictModelSerializer, StrictSerializer
-from apps.notifications.models import Channel, Event, Subscription
+from apps.notifications.models import Channel, Event, NotificationDefault, Subscription
 
 TENANT_REF_MAX = 64
 
@@ -27,6 +27,7 @@ class SubscriptionSerializer(StrictModelSerializer):
             "address",
             "failing_since",
             "last_error",
+            "default",
             "created_at",
         ]
         read_only_fields = fields
@@ -69,3 +70,26 @@ class SubscriptionCreatedSerializer(SubscriptionSerializer):
     class Meta(SubscriptionSerializer.Meta):
         fields = [*SubscriptionSerializer.Meta.fields, "secret"]
         read_only_fields = fields
+
+
+class NotificationDefaultSerializer(StrictModelSerializer):
+    tenant = serializers.CharField(
+        write_only=True,
+        required=False,
+        max_length=TENANT_REF_MAX,
+        help_text="Tenant id or slug (default: your only one).",
+    )
+    tenant_id = serializers.UUIDField(read_only=True)
+    events = serializers.ListField(
+        child=serializers.ChoiceField(choices=Event.choices), min_length=1, max_length=len(Event)
+    )
+    channel = serializers.ChoiceField(
+        choices=[Channel.EMAIL.value, Channel.INAPP.value],
+        help_text="email (each member's account e-mail) or inapp (the bell); one default each.",
+    )
+
+    class Meta:
+        model = NotificationDefault
+        fields = ["id", "tenant", "tenant_id", "channel", "events", "created_at", "updated_at"]
+        read_only_fields = ["id", "tenant_id", "created_at", "updated_at"]
+        validators = []

@@ -5,3 +5,8 @@ from apps.notifications.api import views
 
 def register(router: SimpleRouter) -> None:
     router.register("subscriptions", views.SubscriptionViewSet, basename="subscription")
+    router.register(
+        "notification-defaults",
+        views.NotificationDefaultViewSet,
+        basename="notification-default",
+    )

@@ -13,7 +13,7 @@ import { ConfirmButton, CreateButton, CreateModal, ListTable, Section, useMutate
 type Subscription = Schemas["Subscription"];
 type Event = Schemas["NotificationEventEnum"];
 type Channel = Schemas["NotificationChannelEnum"];
-const EVENTS: Event[] = [
+export const EVENTS: Event[] = [
   "started", "succeeded", "failed", "restarting", "cancelled", "waiting_too_long", "stalled", "idle",
   "deploy_failing", "deploy_recovered",
 ];

@@ -8,6 +8,7 @@ import { EmptyState } from "../../components/common";
 import { Audit } from "./Audit";
 import { Invitations } from "./Invitations";
 import { Members } from "./Members";
+import { NotifyDefaults } from "./NotifyDefaults";
 import { Projects } from "./Projects";
 import { Quotas } from "./Quotas";
 import { Secrets } from "./Secrets";
@@ -25,6 +26,7 @@ const SECTIONS: Record<string, () => JSX.Element> = {
   audit: Audit,
   signatures: Signatures,
   webhooks: Webhooks,
+  notifications: NotifyDefaults,
 };
 
 export default function AdminPage() {
