@@ -71,3 +71,6 @@ def receiver(settings):
     got.url = f"http://127.0.0.1:{server.server_address[1]}/hook"
     yield got
     server.shutdown()
+
+
+from tests.jobs.conftest import control_loop, slurm_cluster  # noqa: E402, F401  (fixtures)
