@@ -13,6 +13,7 @@ sstat), slurmctld, PostgreSQL and Redis.
 """
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -87,6 +88,9 @@ def main() -> int:
     parser.add_argument("--passes", type=int, default=10)
     args = parser.parse_args()
     django_setup()
+    from django.conf import settings
+
+    from apps.compute.envfile import read_env_file
     from apps.jobs.models import Job
     from apps.jobs.services import job_cancel_locked
     from apps.jobs.tasks import control_pass
@@ -106,14 +110,14 @@ def main() -> int:
         roots = {"torus": helper_pid()}
         usage_pass()  # the first sample of each attempt sets its baseline
         torus = passes(usage_pass, count=args.passes, roots=roots)
-        sstat = ["sstat", "--allsteps", "--noheader", "--parsable2", "--jobs", ",".join(ids)]
-        env = subprocess.run(
-            ["bash", "-c", "set -a; . .var/slurm/env; env"], capture_output=True, text=True
-        )
-        slurm_env = dict(line.split("=", 1) for line in env.stdout.splitlines() if "=" in line)
+        sstat = ["/usr/bin/sstat", "--allsteps", "--noheader", "--parsable2", "--jobs"]
+        sstat.append(",".join(ids))
+        slurm_env = {**os.environ, **read_env_file(Path(settings.VAR_DIR) / "slurm" / "env")}
 
         def raw():
-            out = subprocess.run(sstat, capture_output=True, text=True, env=slurm_env, check=True)
+            out = subprocess.run(  # noqa: S603 (a fixed argv of job numbers)
+                sstat, capture_output=True, text=True, env=slurm_env, check=True
+            )
             assert out.stdout.count("\n") >= len(ids), out.stdout[:500]
 
         peer = passes(raw, count=args.passes, roots={})
