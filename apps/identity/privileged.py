@@ -169,24 +169,23 @@ def sbatch(
         },
         timeout=90.0,
     )
-    if answer["returncode"] != 0:
-        stderr = answer["stderr"].strip()
-        raise HelperRefused(
-            stderr or f"sbatch exited {answer['returncode']}",
-            returncode=answer["returncode"],
-            stderr=stderr,
-        )
-    return answer["stdout"]
+    return _stdout(answer, program="sbatch")
 
 
 def sstat(*, user: str, uid: int, jobs: list[int]) -> str:
     """Slurm's live usage of `user`'s running jobs (`sstat --allsteps`, parsable, one line a
     step: JobID|NTasks|TRESUsageInTot), read as that user; HelperRefused on sstat's failure."""
     answer = _call({"verb": "sstat", "user": user, "uid": uid, "jobs": jobs}, timeout=45.0)
+    return _stdout(answer, program="sstat")
+
+
+def _stdout(answer: dict, *, program: str) -> str:
+    """A program's stdout the helper ran as a user; HelperRefused with its stderr if it
+    exited non-zero."""
     if answer["returncode"] != 0:
         stderr = answer["stderr"].strip()
         raise HelperRefused(
-            stderr or f"sstat exited {answer['returncode']}",
+            stderr or f"{program} exited {answer['returncode']}",
             returncode=answer["returncode"],
             stderr=stderr,
         )

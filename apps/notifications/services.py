@@ -31,6 +31,13 @@ def address_problem(*, channel: str, address: str, allow_http: bool) -> str | No
     return None
 
 
+def _events_check(events: list[str]) -> None:
+    unknown = sorted(set(events) - set(Event.values))
+    if unknown or not events:
+        message = f"Unknown events: {', '.join(unknown)}." if unknown else "Name an event."
+        raise ValidationError({"events": [message]})
+
+
 def subscription_create(
     *,
     actor: Actor,
@@ -44,10 +51,7 @@ def subscription_create(
     """A subscription of the actor's; returns it and, for a signed webhook, its signing secret
     (shown once: the API never returns it again). An unknown event or channel, or an address
     the channel cannot take: ValidationError naming the field, nothing written."""
-    unknown = sorted(set(events) - set(Event.values))
-    if unknown or not events:
-        message = f"Unknown events: {', '.join(unknown)}." if unknown else "Name an event."
-        raise ValidationError({"events": [message]})
+    _events_check(events)
     if channel not in Channel.values:
         raise ValidationError({"channel": [f"Unknown channel {channel!r}."]})
     problem = address_problem(
@@ -92,10 +96,7 @@ def notification_default_set(*, actor: Actor, tenant, channel: str, events: list
     Members without their own subscriptions get it at their jobs' next event."""
     if channel not in (Channel.EMAIL, Channel.INAPP):
         raise ValidationError({"channel": ["A default is sent by email or to the bell (inapp)."]})
-    unknown = sorted(set(events) - set(Event.values))
-    if unknown or not events:
-        message = f"Unknown events: {', '.join(unknown)}." if unknown else "Name an event."
-        raise ValidationError({"events": [message]})
+    _events_check(events)
     row, made = NotificationDefault.objects.update_or_create(
         tenant=tenant, channel=channel, defaults={"events": sorted(set(events))}
     )
