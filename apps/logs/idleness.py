@@ -6,6 +6,9 @@
   (its CPUs where the nodes report no GPU) unused and no `torus-heartbeat` line for
   idle_minutes: told (`idle`), then cancelled once the grace has passed unless it is busy again.
 
+A deployment's replica (a `serve` job) is neither: it waits for requests, and its deployment's
+health tells what matters (apps/serving).
+
 State per attempt in one Redis hash (a day's expiry): the last sample's time (t), CPU seconds
 (cpu) and output bytes (output); the last moment it did anything (active) and used its GPUs or
 CPUs or beat its heart (busy); its last heartbeat (the shipper's); when it was told stalled or
@@ -15,7 +18,7 @@ from django.conf import settings
 from django.db import transaction
 
 from apps.jobs import extras
-from apps.jobs.models import Job, JobAttempt
+from apps.jobs.models import Job, JobAttempt, Kind
 from apps.jobs.services import job_cancel_locked
 from apps.jobs.states import TERMINAL
 from apps.jobs.transitions import job_transition
@@ -60,6 +63,9 @@ def judge(client, *, attempt: JobAttempt, sample: dict, now: float) -> list[str]
     new |= {"active": active, "busy": busy}
     cleared, outcomes = [], []
     job = attempt.job
+    if job.kind == Kind.SERVE:  # a replica waits for requests: its deployment's health says more
+        _record(client, attempt_id=attempt.pk, new=new, cleared=["stalled", "idle"])
+        return outcomes
     stalled_after = settings.TORUS_STALLED_MINUTES * 60
     if active == now:
         cleared.append("stalled")
@@ -86,14 +92,19 @@ def judge(client, *, attempt: JobAttempt, sample: dict, now: float) -> list[str]
         minutes = round((now - busy) / 60)
         if _cancel(job=job, reason=f"cancelling: idle for {minutes} minutes (idle policy)"):
             outcomes.append("cancelled")
-    if client is not None:
-        pipe = client.pipeline(transaction=False)
-        pipe.hset(_key(attempt.pk), mapping=new)
-        if cleared:
-            pipe.hdel(_key(attempt.pk), *cleared)
-        pipe.expire(_key(attempt.pk), TTL_SECONDS)
-        pipe.execute()
+    _record(client, attempt_id=attempt.pk, new=new, cleared=cleared)
     return outcomes
+
+
+def _record(client, *, attempt_id, new: dict, cleared: list[str]) -> None:
+    if client is None:
+        return
+    pipe = client.pipeline(transaction=False)
+    pipe.hset(_key(attempt_id), mapping=new)
+    if cleared:
+        pipe.hdel(_key(attempt_id), *cleared)
+    pipe.expire(_key(attempt_id), TTL_SECONDS)
+    pipe.execute()
 
 
 def _cancel(*, job: Job, reason: str) -> bool:
