@@ -29,13 +29,14 @@ class EstimateSampler:
 
     def stop(self) -> None:
         from apps.core.generations import redis_client
-        from apps.jobs.estimate_store import store_key
+        from apps.jobs.estimate_store import BINS, store_key
 
         self._stop.set()
         self._thread.join(30)
-        self.residuals = [
-            redis_client().llen(store_key(f"residuals:{n}", self.cluster_id)) for n in range(4)
-        ]  # per bin of predicted wait
+        client = redis_client()
+        self.residuals = [  # per bin of predicted wait
+            client.llen(store_key(f"residuals:{n}", self.cluster_id)) for n in range(len(BINS) + 1)
+        ]
 
     def _run(self) -> None:
         while not self._stop.wait(1.0):

@@ -17,6 +17,8 @@ from _scheduling_trace import TENANTS
 
 from scripts.devstack import Proc, beat_command, worker_command
 
+PAST_PREFIX = "sched-past-"  # the ended runs past_runs writes
+
 # -- Torus ------------------------------------------------------------------------------------
 
 
@@ -107,6 +109,42 @@ def torus_finish(ctx, names_prefix: str) -> None:
         for job in left:
             with contextlib.suppress(Conflict):
                 job_cancel(actor=actor_for_user(user=job.user), job=job)
+
+
+def past_runs(ctx, history: list, *, cluster) -> int:
+    """The trace's jobs before the window, as ended runs on the benchmark cluster, each by its
+    user in its tenant's project and as long as the replay makes it: what a platform that has
+    been running learns run times from (apps/jobs/runtimes.py). Replaced on every call."""
+    from datetime import timedelta
+
+    from django.contrib.auth import get_user_model
+    from django.utils import timezone
+
+    from apps.jobs.models import AttemptState, Job, JobAttempt
+
+    Job.objects.filter(cluster=cluster, name__startswith=PAST_PREFIX).delete()
+    users = get_user_model().objects.filter(username__in={job.user for job in history})
+    users = {user.username: user for user in users}
+    now, span = timezone.now(), max((job.arrival for job in history), default=0.0)
+    rows, attempts = [], []
+    for job in history:
+        entry = ctx["tenants"][job.tenant]
+        ended = now - timedelta(seconds=span - job.arrival + 60)
+        name = f"{PAST_PREFIX}{job.index}"
+        rows.append(
+            Job(tenant=entry["tenant"], project=entry["project"], user=users[job.user],
+                name=name, spec={"name": name}, state="SUCCEEDED", cluster=cluster,
+                partition=PARTITION, gpus=job.gpus, cpus=job.nodes, memory_mb=1024,
+                created_at=ended - timedelta(seconds=job.duration))
+        )  # fmt: skip
+        attempts.append(
+            JobAttempt(job=rows[-1], number=1, state=AttemptState.SUCCEEDED,
+                       started_at=ended - timedelta(seconds=max(job.duration, 1.0)),
+                       ended_at=ended)
+        )  # fmt: skip
+    Job.objects.bulk_create(rows, batch_size=1000)
+    JobAttempt.objects.bulk_create(attempts, batch_size=1000)
+    return len(rows)
 
 
 def start_platform(logdir: Path) -> tuple[int, list]:

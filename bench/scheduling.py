@@ -17,6 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("TORUS_REDIS_DB_BASE", "13")  # its own broker/cache DBs (13-15)
+# a trace hour is 5 s here: the run-time history is read as often as a minute is on a cluster
+os.environ.setdefault("TORUS_ESTIMATE_HISTORY_SECONDS", "2")
 
 from _common import ROOT, django_setup, environment, finish
 from _scheduling_cluster import (
@@ -35,6 +37,7 @@ from _scheduling_report import plan_summary, plot
 from _scheduling_torus import (
     forget_cluster,
     fresh_db,
+    past_runs,
     quota_mode,
     reconnecting,
     start_platform,
@@ -89,6 +92,13 @@ def main() -> int:
         "--cap-hours", type=float, help="longest job, trace hours (default: window)"
     )
     parser.add_argument("--drain", type=float, help="real seconds after the last arrival")
+    parser.add_argument(
+        "--history-hours",
+        type=float,
+        default=72.0,
+        help="trace hours before the window written as the platform's ended runs, which the"
+        " expected starts learn run times from (0: none, a platform's first day)",
+    )
     parser.add_argument("--phases", default=",".join(PHASES))
     parser.add_argument(
         "--torus-slurm-limits",
@@ -188,6 +198,7 @@ def main() -> int:
         )
         slurm.accounts(quotas, limits=False)
         raw, platform = {}, {}
+        history, past_s = None, args.history_hours * 3600
         for phase in phases:
             fresh_db(connections)  # PostgreSQL may have dropped idle connections meanwhile
             slurm.mode(slurm_mode(phase), clear=not args.keep_records)
@@ -201,6 +212,12 @@ def main() -> int:
                         size_nice=0 if phase.endswith("-nonice") else args.size_nice,
                     )
                 )
+                if history is None:
+                    history, _ = plan_at(args.load, at=start - past_s, hours=args.history_hours)
+                    written = reconnecting(
+                        lambda history=history: past_runs(ctx, history, cluster=ctx["cluster"])
+                    )
+                    log(f"{written} past runs from the {args.history_hours:g} trace hours before")
                 if not procs:
                     port, procs = start_platform(logdir)
                 out = torus_phase(slurm, ctx, plan, drain, port, phase)

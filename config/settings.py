@@ -254,6 +254,10 @@ TORUS_USAGE_SAMPLE_SECONDS = env_int("TORUS_USAGE_SAMPLE_SECONDS", 30, minimum=5
 TORUS_STALLED_MINUTES = env_int("TORUS_STALLED_MINUTES", 30, minimum=0)
 TORUS_IDLE_CPU_PERCENT = env_int("TORUS_IDLE_CPU_PERCENT", 5, minimum=0)
 TORUS_IDLE_GPU_PERCENT = env_int("TORUS_IDLE_GPU_PERCENT", 5, minimum=0)
+# Expected starts (apps/jobs/runtimes.py): the past runs that predict run times are read once
+# per this many seconds per process.
+TORUS_ESTIMATE_HISTORY_SECONDS = env_int("TORUS_ESTIMATE_HISTORY_SECONDS", 60, minimum=1)
+
 CELERY_BEAT_SCHEDULE["logs-usage-sample"] = {
     "task": "logs.usage_sample",
     "schedule": float(TORUS_USAGE_SAMPLE_SECONDS),

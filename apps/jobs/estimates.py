@@ -132,8 +132,8 @@ def _refresh(*, cluster_id, now: datetime | None) -> dict:
     now = now or timezone.now()
     clock = now.timestamp()
     waiting = _rows(Job.objects.filter(cluster_id=cluster_id, state__in=WAITING))
-    row = Cluster.objects.filter(pk=cluster_id).values_list("name", "healthy").first()
-    name, healthy = row or ("", False)
+    row = Cluster.objects.filter(pk=cluster_id).values_list("name", "healthy", "config").first()
+    name, healthy, config = row or ("", False, {})
     last = client.hget(store_key("now", cluster_id), META)
     since = json.loads(last)["computed_at"] if last else None
     started = JobAttempt.objects.filter(job__cluster_id=cluster_id, started_at__isnull=False)
@@ -161,14 +161,15 @@ def _refresh(*, cluster_id, now: datetime | None) -> dict:
     bases: dict[str, int] = {}  # basis words -> their number in the meta field
     basis_of, cannot, model_jobs = [], [], []
     predicted, refused = {}, {}  # by shape: most jobs share theirs with many others
-    waiting_model = queue_model.Waiting
+    waiting_model, run_seconds, share = queue_model.Waiting, runtimes.run_seconds, runtimes.share
     for index, job in enumerate(order):
         shape = (job.user_id, job.project_id, job.name, job.spec["resources"]["time_limit"])
         known_shape = predicted.get(shape)
         if known_shape is None:
-            seconds, words = runtimes.predicted_seconds(job, known)
-            known_shape = predicted[shape] = seconds, bases.setdefault(words, len(bases))
-        basis_of.append(known_shape[1])
+            runs = known.runs_for(job)
+            basis = bases.setdefault(runs.basis, len(bases))
+            known_shape = predicted[shape] = runs.seconds, runtimes.limit_seconds(job), basis
+        basis_of.append(known_shape[2])
         if job.tenant in quotas or job.state == State.PENDING:  # (else only the pool can)
             shape = (*shape[:2], job.tenant, job.partition, job.gpus, job.cpus, job.memory_mb)
             shape = (*shape, job.state == State.PENDING and job.state_reason)
@@ -179,8 +180,9 @@ def _refresh(*, cluster_id, now: datetime | None) -> dict:
             reason = _too_big(job, pools.get(job.partition))
         cannot.append(reason)
         if not reason:
+            seconds = run_seconds(*known_shape[:2], at=share(job.id))
             model_jobs.append(
-                waiting_model(index, job.partition, job.tenant, job.gpus, job.cpus, known_shape[0])
+                waiting_model(index, job.partition, job.tenant, job.gpus, job.cpus, seconds)
             )
     starts = queue_model.simulate(
         now=clock,
@@ -189,6 +191,7 @@ def _refresh(*, cluster_id, now: datetime | None) -> dict:
         waiting=model_jobs,
         tenant_limits=limits,
         tenant_held_elsewhere=_held_elsewhere(cluster_id, set(limits)),
+        lending=bool((config or {}).get("quota_borrowing")),
     )
     factors, calibrated = calibration(client, cluster_id)
     meta = {"computed_at": clock, "factors": factors, "bases": list(bases), "range": calibrated}

@@ -9,10 +9,11 @@ tenant's GPU quota across the cluster, and EASY backfill (Slurm's sched/backfill
 same kind of reservation): the first job that does not fit is given the earliest time enough
 frees up, and a later job starts before it only if it fits now and either ends by then or
 uses what the reservation leaves over. A job held by its tenant's quota lets the others pass,
-as admission does. Not modelled: which nodes (a job needing whole nodes may wait for
-fragmented GPUs to line up), lending, and jobs that will be submitted later; the range that
-estimates.py puts around each start is calibrated on how far such effects made past
-predictions miss.
+as admission does; on a cluster that lends idle GPUs past quotas (`lending`), it borrows what
+the others' waiting jobs do not claim at that moment. Not modelled: which nodes (a job needing
+whole nodes may wait for fragmented GPUs to line up), and jobs that will be submitted later;
+the range that estimates.py puts around each start is calibrated on how far such effects made
+past predictions miss.
 """
 
 import bisect
@@ -22,8 +23,12 @@ from dataclasses import dataclass, field
 # How many waiting jobs past the first blocked one are tried at each event (Slurm's
 # bf_max_job_test is per pass; this is per simulated event, so smaller).
 BACKFILL_DEPTH = 8
-# The clock moves by at least this much per event.
-RESOLUTION_SECONDS = 60.0
+# Ends close together are one event: within STEP_FRACTION of how far ahead they are, at least
+# MIN_STEP_SECONDS and at most MAX_STEP_SECONDS (a start ten seconds away is said to the second,
+# one an hour away to the minute; a larger step would let short jobs run once per step).
+MIN_STEP_SECONDS = 1.0
+MAX_STEP_SECONDS = 60.0
+STEP_FRACTION = 0.05
 
 
 @dataclass(slots=True)
@@ -129,9 +134,11 @@ def simulate(
     waiting: list[Waiting],
     tenant_limits: dict | None = None,
     tenant_held_elsewhere: dict | None = None,
+    lending: bool = False,
 ) -> dict:
     """{job key: predicted start} for every waiting job that can ever start here (the others,
-    too big for their pool or their tenant's quota, are absent)."""
+    too big for their pool or their tenant's quota, are absent). `lending`: a job over its
+    tenant's quota may borrow idle GPUs (apps/jobs/borrowing.py, cluster_limits.py)."""
     limits = tenant_limits or {}
     state = _State(
         free={name: [pool.gpus, pool.cpus] for name, pool in pools.items()},
@@ -165,14 +172,14 @@ def simulate(
             free = state.free[pool]
             least = asleep.get(pool)
             if queue and not (least and (free[0] < least[0] or free[1] < least[1])):
-                wake = _start_what_fits(state, queue, held, clock, starts)
+                wake = _start_what_fits(state, queue, held, clock, starts, lending)
                 asleep.pop(pool, None) if wake is None else asleep.__setitem__(pool, wake)
         ends = state.next_end()
         if ends is None:  # nothing will free up: what is left fits under no quota
             break
-        # ends within RESOLUTION_SECONDS of each other are one event (a start is said to
-        # the minute): fewer events to play
-        clock = max(ends, clock + RESOLUTION_SECONDS)
+        # ends close together are one event: fewer events to play
+        step = min(max(MIN_STEP_SECONDS, STEP_FRACTION * (clock - now)), MAX_STEP_SECONDS)
+        clock = max(ends, clock + step)
         released = state.release_until(clock)
     return starts
 
@@ -193,17 +200,21 @@ def _unhold(state: _State, held: dict, tenants: set, queues: dict, asleep: dict)
             asleep.pop(job.pool, None)
 
 
-def _start_what_fits(state: _State, queue: list, held: dict, clock, starts) -> tuple:
+def _start_what_fits(
+    state: _State, queue: list, held: dict, clock, starts, lending: bool = False
+) -> tuple:
     """At `clock`, in one pool: start, in order, the waiting jobs that fit; the first that does
     not fit holds a reservation, and the next BACKFILL_DEPTH jobs may backfill around it. A
     job over its tenant's quota moves to the tenant's held queue (admission lets the others
-    pass). The queue (its first job last) loses what started or moved; when nothing did,
-    returns the least [GPUs, CPUs] free that could change that (until then the pool need not
-    be looked at)."""
+    pass), or where the cluster lends, borrows once the others have started (_lend). The
+    queue (its first job last) loses what started or moved; when nothing did, returns the
+    least [GPUs, CPUs] free that could change that (until then the pool need not be looked
+    at)."""
     free, used, limits = state.free[queue[-1].pool], state.tenant_used, state.tenant_limit
     spare = None  # the reservation at this event
     kept = []  # what stays of the first `stop`, in order
     need = None  # the least GPUs and CPUs of a request that did not fit
+    borrowers = []  # over their tenant's quota where the cluster lends
     stop = len(queue)
     for index in range(len(queue)):
         if index >= stop:
@@ -211,7 +222,11 @@ def _start_what_fits(state: _State, queue: list, held: dict, clock, starts) -> t
         job = queue[-1 - index]
         limit = limits.get(job.tenant)
         if limit is not None and used.get(job.tenant, 0) + job.gpus > limit:
-            held.setdefault(job.tenant, deque()).append(job)
+            if lending:
+                borrowers.append(job)
+                kept.append(job)
+            else:
+                held.setdefault(job.tenant, deque()).append(job)
             continue
         fits = job.gpus <= free[0] and job.cpus <= free[1]
         if spare is None:
@@ -235,10 +250,30 @@ def _start_what_fits(state: _State, queue: list, held: dict, clock, starts) -> t
             _start(state, job, clock, starts)
             continue
         kept.append(job)  # (a job refused by the reservation is refused while it holds)
+    if borrowers:
+        kept, need = _lend(state, free, kept, borrowers, need, clock, starts)
     if len(kept) == stop:
         return need
     queue[len(queue) - stop :] = kept[::-1]
     return None
+
+
+def _lend(state: _State, free: list, kept: list, borrowers: list, need, clock, starts) -> tuple:
+    """Start the borrowers that fit in what the pool's other waiting jobs do not claim (the
+    cluster never lends a tenant's own room away); returns what stays and the least request
+    that did not fit."""
+    borrowing = {id(job) for job in borrowers}
+    claimed = sum(job.gpus for job in kept if id(job) not in borrowing)
+    started = set()
+    for job in borrowers:
+        if job.gpus <= free[0] - claimed and job.cpus <= free[1]:
+            _start(state, job, clock, starts)
+            started.add(id(job))
+        elif need is None:
+            need = [job.gpus, job.cpus]
+        else:
+            need = [min(need[0], job.gpus), min(need[1], job.cpus)]
+    return [job for job in kept if id(job) not in started], need
 
 
 def _start(state: _State, job: Waiting, clock: float, starts: dict) -> None:

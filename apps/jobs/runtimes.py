@@ -2,20 +2,25 @@
 
 Users set time limits far above what their jobs take (the trace's median job ends well within
 a tenth of its limit), so a queue played forward on time limits says "hours" for minutes.
-Instead: the median of the recent ended attempts of the same user, project and job name;
-failing that, of the same user and project; then of the project; then of everyone's (a
-system-wide median guesses better than a user's limit); at least MIN_RUNS each. A
-running job's remaining time is the median of those past runs that lasted longer than it has
-run so far, less what it has run (it has outlived the short ones; one that outlived its own
-is looked up among everyone's). Never past the time limit, where the cluster ends it.
+Instead: the recent ended attempts of the same user, project and job name; failing that, of
+the same user and project; then of the project; then of everyone's (a system-wide spread
+guesses better than a user's limit); at least MIN_RUNS each. A running job's remaining time
+comes from those past runs that lasted longer than it has run so far, less what it has run (it
+has outlived the short ones; one that outlived its own is looked up among everyone's). Never
+past the time limit, where the cluster ends it.
+
+Each job takes its run time at its own quantile of those runs (its `share`, fixed by its id),
+not the median: forty jobs running at once end spread as forty runs were, the first of them
+long before the median, and the queue behind them starts as they end.
 """
 
 import bisect
-import statistics
 import time
+import zlib
 from dataclasses import dataclass
 from datetime import timedelta
 
+from django.conf import settings
 from django.db.models import CharField, F
 from django.db.models.functions import Cast
 from django.utils import timezone
@@ -25,7 +30,6 @@ from apps.jobs.models import AttemptState, JobAttempt
 MIN_RUNS = 3
 HISTORY_DAYS = 30
 HISTORY_ROWS = 20_000  # the most recent ended attempts read, per pass at most
-CACHE_SECONDS = 60.0  # a pass every few seconds reads the history once a minute
 ENDED = (AttemptState.SUCCEEDED, AttemptState.FAILED, AttemptState.TIMEOUT)
 
 _cache: dict = {}  # "history" -> (read at, History)
@@ -34,11 +38,10 @@ _cache: dict = {}  # "history" -> (read at, History)
 @dataclass(frozen=True)
 class Runs:
     seconds: list[float]  # sorted
-    median: float
     basis: str  # whose runs, in words
 
 
-NONE = Runs([], 0.0, "the time limit (no past runs to learn from)")
+NONE = Runs([], "the time limit (no past runs to learn from)")
 
 
 @dataclass
@@ -61,10 +64,10 @@ class History:
 
 
 def history(*, now=None) -> History:
-    """The recent ended attempts' durations by user, project and name (read once a minute
-    per process)."""
+    """The recent ended attempts' durations by user, project and name (read once per
+    TORUS_ESTIMATE_HISTORY_SECONDS per process: a pass every few seconds need not read it)."""
     read_at, cached = _cache.get("history", (0.0, None))
-    if cached is not None and time.monotonic() - read_at < CACHE_SECONDS:
+    if cached is not None and time.monotonic() - read_at < settings.TORUS_ESTIMATE_HISTORY_SECONDS:
         return cached
     now = now or timezone.now()
     rows = (
@@ -95,11 +98,11 @@ def history(*, now=None) -> History:
                 continue
             seconds.sort()
             basis = f"{len(seconds)} past runs of {words}"
-            table[key] = Runs(seconds, statistics.median(seconds), basis)
+            table[key] = Runs(seconds, basis)
     if len(everyone) >= MIN_RUNS:
         everyone.sort()
         basis = f"{len(everyone)} recent runs of everyone's (none of this project's)"
-        found.everyone = Runs(everyone, statistics.median(everyone), basis)
+        found.everyone = Runs(everyone, basis)
     _cache["history"] = (time.monotonic(), found)
     return found
 
@@ -114,13 +117,19 @@ def limit_seconds(job) -> float:
     return float(minutes) * 60
 
 
-def predicted_seconds(job, known: History) -> tuple[float, str]:
-    """(the run time predicted for a waiting job, the basis in words)."""
-    limit = limit_seconds(job)
-    runs = known.runs_for(job)
-    if not runs.seconds:
-        return limit, runs.basis
-    return min(runs.median, limit), runs.basis
+def share(job_id: str) -> float:
+    """Where in its past runs' spread a job's run time is taken, in (0, 1): fixed by its id
+    (the same every pass) and spread evenly over many jobs."""
+    return (zlib.crc32(job_id.encode()) % 1024 + 0.5) / 1024
+
+
+def quantile(seconds: list[float], at: float) -> float:
+    return seconds[min(int(at * len(seconds)), len(seconds) - 1)]
+
+
+def run_seconds(seconds: list[float], limit: float, *, at: float) -> float:
+    """The run time at quantile `at` of past runs `seconds` (sorted), within the limit."""
+    return min(quantile(seconds, at), limit) if seconds else limit
 
 
 def remaining_seconds(job, known: History, *, ran: float) -> float:
@@ -129,5 +138,5 @@ def remaining_seconds(job, known: History, *, ran: float) -> float:
     for runs in (known.runs_for(job).seconds, known.everyone.seconds):  # its own, then all
         longer = runs[bisect.bisect_right(runs, ran) :]
         if longer:
-            return min(max(statistics.median(longer) - ran, 0.0), left)
+            return min(max(quantile(longer, share(job.id)) - ran, 0.0), left)
     return left  # it has outlived every run known: the limit bounds it

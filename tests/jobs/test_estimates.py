@@ -12,7 +12,9 @@ from django.utils import timezone
 from apps.compute.models import Node
 from apps.core import telemetry
 from apps.core.generations import redis_client
+from apps.jobs import estimate_learning as learning
 from apps.jobs import runtimes
+from apps.jobs.estimate_store import SMOOTH_SECONDS as S
 from apps.jobs.estimate_store import store_key as _key
 from apps.jobs.estimates import estimates_refresh
 from apps.jobs.models import AttemptState, Job
@@ -103,11 +105,11 @@ def test_a_waiting_job_starts_when_the_running_one_is_expected_to_end(acme, clus
     assert counts["waiting"] == 1 and counts["estimated"] == 1
     expected = detail(acme, waiting)["expected_start"]
     # the blocker ran 100 s of the 600 its three past runs took: 500 s left, not its
-    # 120-minute limit; uncalibrated, the range is half to twice the wait (+60 s smoothing)
+    # 120-minute limit; uncalibrated, the range is half to twice the wait (+S smoothing)
     clock = now.timestamp()
     assert at(expected["p50"]) == pytest.approx(clock + 500, abs=1)
-    assert at(expected["p10"]) == pytest.approx(clock + 560 * 0.5 - 60, abs=1)
-    assert at(expected["p90"]) == pytest.approx(clock + 560 * 2 - 60, abs=1)
+    assert at(expected["p10"]) == pytest.approx(clock + (500 + S) * 0.5 - S, abs=1)
+    assert at(expected["p90"]) == pytest.approx(clock + (500 + S) * 2 - S, abs=1)
     assert "3 past runs of this job's name" in expected["basis"]
     assert "uncalibrated" in expected["basis"]
     assert expected["cannot_start"] == ""
@@ -157,8 +159,8 @@ def test_a_start_teaches_the_range_and_counts_toward_coverage(acme, cluster):
     before = _outcomes(cluster.name)
     counts = estimates_refresh(cluster_id=cluster.pk, now=now + timedelta(seconds=5))
     assert counts["learned"] == 1
-    residuals = redis_client().lrange(_key("residuals:3", cluster.pk), 0, -1)  # waits > 1 h
-    assert [float(r) for r in residuals] == [pytest.approx(math.log(60 / (7200 + 60)), abs=0.02)]
+    residuals = redis_client().lrange(_key("residuals:4", cluster.pk), 0, -1)  # waits > 1 h
+    assert [float(r) for r in residuals] == [pytest.approx(math.log(S / (7200 + S)), abs=0.02)]
     assert _outcomes(cluster.name)["early"] == before.get("early", 0) + 1  # long before p10
     assert detail(acme, waiting)["expected_start"] is None
 
@@ -169,15 +171,35 @@ def test_the_range_is_calibrated_once_enough_starts_were_seen(acme, cluster):
     # 40 past starts: half came at a third of the predicted wait, half at the prediction
     residuals = [math.log(1 / 3)] * 20 + [0.0] * 20
     client = redis_client()
-    client.rpush(_key("residuals:3", cluster.pk), *residuals)  # the bin of waits over an hour
+    client.rpush(_key("residuals:4", cluster.pk), *residuals)  # the bin of waits over an hour
     now = timezone.now()
     estimates_refresh(cluster_id=cluster.pk, now=now)
     expected = detail(acme, waiting)["expected_start"]
-    wait = 120 * 60 + 60  # the blocker's limit, smoothed
+    wait = 120 * 60 + S  # the blocker's limit, smoothed
     assert "calibrated on 40 past starts" in expected["basis"]
-    assert at(expected["p10"]) == pytest.approx(now.timestamp() + wait / 3 - 60, abs=1)
-    assert at(expected["p90"]) == pytest.approx(now.timestamp() + wait - 60, abs=1)
+    assert at(expected["p10"]) == pytest.approx(now.timestamp() + wait / 3 - S, abs=1)
+    assert at(expected["p90"]) == pytest.approx(now.timestamp() + wait - S, abs=1)
     assert at(expected["p10"]) <= at(expected["p50"]) <= at(expected["p90"])
+
+
+def test_misses_widen_the_range_and_hits_narrow_it_back(acme, cluster):
+    running(acme, cluster, name="a", gpus_per_node=4, nodes=2, ran=0)
+    waiting = queued(acme, cluster, state="QUEUED")
+    client = redis_client()
+    client.rpush(_key("residuals:4", cluster.pk), *[n / 100 for n in range(-50, 51)])
+    learning._steer(client, cluster_id=cluster.pk, misses=[True] * 10)
+    assert float(client.get(_key("level", cluster.pk))) == pytest.approx(0.2 - 10 * 0.008)
+    estimates_refresh(cluster_id=cluster.pk, now=timezone.now())
+    wide = detail(acme, waiting)["expected_start"]
+    learning._steer(client, cluster_id=cluster.pk, misses=[False] * 40)  # back to 0.2
+    estimates_refresh(cluster_id=cluster.pk, now=timezone.now())
+    narrow = detail(acme, waiting)["expected_start"]
+    assert at(wide["p10"]) < at(narrow["p10"]) < at(narrow["p90"]) < at(wide["p90"])
+    # at the aim, the residuals' 10th and 90th percentiles: -0.4 and 0.4
+    wait = at(narrow["p50"]) - at(narrow["computed_at"]) + S
+    assert at(narrow["p90"]) - at(narrow["computed_at"]) + S == pytest.approx(
+        wait * math.exp(0.4), rel=0.01
+    )
 
 
 def _outcomes(cluster_name: str) -> dict:
@@ -217,7 +239,7 @@ def test_on_slurm_a_job_held_by_the_quota_is_given_the_running_ones_end(acme, sl
     drive(second["id"])  # (control passes: they refresh the estimates too)
     estimates_refresh(cluster_id=slurm_cluster.pk)
     assert sum(_outcomes(slurm_cluster.name).values()) == before + 1  # its start, learned
-    learned = [_key(f"residuals:{n}", slurm_cluster.pk) for n in range(4)]
+    learned = [_key(f"residuals:{n}", slurm_cluster.pk) for n in range(5)]
     assert sum(redis_client().llen(key) for key in learned) >= 1
 
 

@@ -64,3 +64,31 @@ def test_ten_thousand_jobs_play_out_in_order_of_capacity():
     # in order, mostly: a job's start is rarely far before an earlier, equal-sized one's
     first, later = jobs[0], jobs[8]
     assert starts[first.key] <= starts[later.key]
+
+
+def test_a_start_is_said_to_the_second_near_and_to_the_minute_far():
+    near = [Running("gpu", "t", 4, 1, 10.0)]
+    assert simulate(now=0.0, pools=POOL, running=near, waiting=[waiting("a", 4, 60)]) == {"a": 10.0}
+    # ends 20 s apart: a minute out, two events; an hour out, one, a minute on
+    for first in (60.0, 3600.0):
+        ends = [Running("gpu", "t", 2, 1, first), Running("gpu", "t", 2, 1, first + 20)]
+        starts = simulate(now=0.0, pools=POOL, running=ends, waiting=[waiting("b", 4, 60)])
+        assert starts == {"b": first + 20 if first < 600 else first + 60}
+
+
+def test_where_the_cluster_lends_a_job_over_its_quota_borrows_what_nobody_claims():
+    pools = {"gpu": Pool(gpus=8, cpus=32)}
+    jobs = [waiting("x1", 2, 100, "q"), waiting("x2", 2, 100, "q"), waiting("y", 2, 100, "free")]
+    starts = simulate(
+        now=0.0, pools=pools, running=[], waiting=jobs, tenant_limits={"q": 2}, lending=True
+    )
+    assert starts == {"x1": 0.0, "y": 0.0, "x2": 0.0}  # 4 GPUs idle: x2 borrows 2
+    # a waiting job of another tenant claims the idle GPUs even while it does not fit
+    running = [Running("gpu", "free", 4, 1, 300.0)]
+    jobs = [waiting("x1", 2, 100, "q"), waiting("big", 6, 100, "free"), waiting("x2", 2, 50, "q")]
+    starts = simulate(
+        now=0.0, pools=pools, running=running, waiting=jobs, tenant_limits={"q": 2}, lending=True
+    )
+    # x2 is not lent the 2 GPUs big claims; it starts within its quota when x1 ends, ending
+    # before big's reservation
+    assert starts == {"x1": 0.0, "big": 300.0, "x2": 100.0}
