@@ -32,9 +32,18 @@ def _key(attempt_id) -> str:
     return f"torus:usage:{attempt_id}"
 
 
-def state(client, *, attempt_id) -> dict[str, float]:
-    raw = client.hgetall(_key(attempt_id)) if client is not None else {}
-    return {name.decode(): float(value) for name, value in raw.items()}
+def states(client, *, attempt_ids: list) -> dict:
+    """{attempt id: its state} (one round trip)."""
+    if client is None or not attempt_ids:
+        return {}
+    with client.pipeline(transaction=False) as pipe:
+        for attempt_id in attempt_ids:
+            pipe.hgetall(_key(attempt_id))
+        found = pipe.execute()
+    return {
+        attempt_id: {name.decode(): float(value) for name, value in raw.items()}
+        for attempt_id, raw in zip(attempt_ids, found, strict=True)
+    }
 
 
 def heartbeats_record(client, *, attempt_ids: list, now: float) -> None:
@@ -48,9 +57,9 @@ def heartbeats_record(client, *, attempt_ids: list, now: float) -> None:
     pipe.execute()
 
 
-def judge(client, *, attempt: JobAttempt, sample: dict, now: float) -> list[str]:
-    """Record the sample; what it led to: "stalled", "idle" (told), "cancelled"."""
-    last = state(client, attempt_id=attempt.pk)
+def judge(client, *, attempt: JobAttempt, last: dict, sample: dict, now: float) -> list[str]:
+    """Record the sample (`last`: the attempt's state before it); what it led to: "stalled",
+    "idle" (told), "cancelled"."""
     first = "t" not in last
     cpu_used = sample["cores"] * 100 >= settings.TORUS_IDLE_CPU_PERCENT
     gpu_used = sample["gpu"] is not None and sample["gpu"] >= settings.TORUS_IDLE_GPU_PERCENT

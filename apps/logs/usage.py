@@ -44,7 +44,10 @@ def usage_pass(*, now: float | None = None) -> dict:
             by_cluster[attempt.job.cluster].append((attempt, (account.name, account.uid)))
     output = _output_bytes([attempt.pk for attempt in attempts])
     client = redis_client()
+    sampled = [attempt.pk for owned in by_cluster.values() for attempt, _ in owned]
+    states = idleness.states(client, attempt_ids=sampled)
     stats = {"sampled": 0, "stalled": 0, "idle": 0, "cancelled": 0}
+    points: dict = {}  # job id -> its points of now
     for cluster, owned in by_cluster.items():
         try:
             found = for_cluster(cluster).usage(
@@ -57,11 +60,17 @@ def usage_pass(*, now: float | None = None) -> dict:
             usage = found.get(attempt.backend_id)
             if usage is None:
                 continue
-            sample = _sample(client, attempt=attempt, usage=usage, now=now)
+            last = states.get(attempt.pk, {})
+            sample = _sample(attempt=attempt, usage=usage, last=last, now=now, points=points)
             sample["output"] = output.get(attempt.pk, 0)
-            for outcome in idleness.judge(client, attempt=attempt, sample=sample, now=now):
+            judged = idleness.judge(client, attempt=attempt, last=last, sample=sample, now=now)
+            for outcome in judged:
                 stats[outcome] += 1
             stats["sampled"] += 1
+    if points:
+        points_store([point for found in points.values() for point in found])  # one write
+    for job_id, found in points.items():
+        publish_metrics(job_id=job_id, points=found)
     return stats
 
 
@@ -75,10 +84,10 @@ def _output_bytes(attempt_ids: list) -> dict:
     return {row["attempt_id"]: row["total"] or 0 for row in rows}
 
 
-def _sample(client, *, attempt: JobAttempt, usage: JobUsage, now: float) -> dict:
-    """The attempt's point of now (stored, published) and what idleness judges it by: cores
-    busy since the last sample (since the start for the first one), the GPU's use."""
-    last = idleness.state(client, attempt_id=attempt.pk)
+def _sample(*, attempt: JobAttempt, usage: JobUsage, last: dict, now: float, points: dict) -> dict:
+    """The attempt's points of now (added to `points` by job) and what idleness judges it by:
+    cores busy since the last sample (`last`, since the start for the first one), the GPU's
+    use."""
     since, cpu_before = last.get("t"), last.get("cpu")
     if since is None or cpu_before is None or now <= since:
         started = (attempt.started_at or attempt.created_at).timestamp()
@@ -90,10 +99,8 @@ def _sample(client, *, attempt: JobAttempt, usage: JobUsage, now: float) -> dict
     job = attempt.job
     step = int(now - job.created_at.timestamp())
     stamp = datetime.fromtimestamp(now, tz=UTC).isoformat()
-    points = [
+    points[job.pk] = [
         Point(str(job.pk), str(attempt.pk), STREAM, int(now), step, name, value, stamp)
         for name, value in values.items()
     ]
-    points_store(points)
-    publish_metrics(job_id=job.pk, points=points)
     return {"cores": cores, "gpu": usage.gpu_util, "cpu_seconds": usage.cpu_seconds}
