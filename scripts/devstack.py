@@ -27,16 +27,17 @@ BIN = ROOT / ".venv" / "bin"
 # -- ports ----------------------------------------------------------------------------------
 
 _HANDED_OUT: set[int] = set()
+# The band the portal's own servers and relays take ports from: below the kernel's ephemeral
+# range (an outgoing connection's local port cannot take one between the check and the
+# server's bind: a CI run lost a web server so) and below the band a Slurm job's rendezvous
+# port comes from (22000-31999, apps/compute/backends/launcher.sh).
+PORTAL_PORTS = range(21000, 22000)
 
 
 def free_port() -> int:
-    """A port nothing listens on, never handed out twice here, and below the kernel's
-    ephemeral range: an outgoing connection's local port cannot take it between this check
-    and the server's bind (a CI run lost a web server so: "address already in use")."""
-    text = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text()
-    ephemeral = int(text.split()[0])
+    """A port of PORTAL_PORTS nothing listens on, never handed out twice here."""
     for _ in range(500):
-        port = random.randrange(21000, max(21001, ephemeral))  # noqa: S311 (not a secret)
+        port = random.choice(PORTAL_PORTS)  # noqa: S311 (not a secret)
         if port in _HANDED_OUT:
             continue
         with socket.socket() as s:
@@ -46,7 +47,7 @@ def free_port() -> int:
                 continue
         _HANDED_OUT.add(port)
         return port
-    raise RuntimeError("no free port below the ephemeral range")
+    raise RuntimeError(f"no free port in {PORTAL_PORTS}")
 
 
 # -- the command of each process -------------------------------------------------------------

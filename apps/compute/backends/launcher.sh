@@ -15,9 +15,11 @@ else
   addr=$(scontrol show node "$first_node" -o | sed -n 's/.* NodeAddr=\([^ ]*\).*/\1/p')
   export MASTER_ADDR="${addr:-$first_node}"
 fi
-# 20000-31999: below Linux's ephemeral range (32768-60999), so no outgoing connection on the
-# node can hold the rendezvous port; jobs 12000 ids apart on one node would share it.
-export MASTER_PORT="${TORUS_MASTER_PORT:-$((20000 + SLURM_JOB_ID % 12000))}"
+# 22000-31999: below Linux's ephemeral range (32768-60999), so no outgoing connection on the
+# node can hold the rendezvous port, and above the ports of the platform's own services (up to
+# 21001: job 259 once met the kube-scheduler on 20259); jobs 10000 ids apart on one node would
+# share it.
+export MASTER_PORT="${TORUS_MASTER_PORT:-$((22000 + SLURM_JOB_ID % 10000))}"
 export WORLD_SIZE=$((SLURM_NNODES * TORUS_TASKS_PER_NODE))
 # The CPUs each task was allotted (Slurm's count of the allocation, which may exceed the
 # request), in the platform's word: a serve replica's engine threads (apps/serving/replicas.py).
