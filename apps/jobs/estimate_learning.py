@@ -6,7 +6,6 @@ the range's miss level is steered by it (_steer). The jobs still waiting past th
 are told once (waiting_too_long)."""
 
 import math
-import statistics
 
 from apps.core import telemetry
 from apps.jobs.estimate_store import BINS, SMOOTH_SECONDS, bin_of, store_key
@@ -59,8 +58,7 @@ def _scale(residuals: list[float], level: float) -> tuple[tuple, str]:
         return tuple(math.exp(r) for r in UNCALIBRATED), (
             f"0.5x-2x, uncalibrated ({len(residuals)} of {CALIBRATION_MIN} past starts seen)"
         )
-    cuts = (_quantile(residuals, level / 2), statistics.median(residuals))
-    factors = tuple(math.exp(r) for r in (*cuts, _quantile(residuals, 1 - level / 2)))
+    factors = tuple(math.exp(_quantile(residuals, at)) for at in (level / 2, 0.5, 1 - level / 2))
     return factors, f"calibrated on {len(residuals)} past starts"
 
 

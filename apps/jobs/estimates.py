@@ -33,7 +33,7 @@ from django.utils import timezone
 from apps.compute.backends.slurm_words import node_healthy
 from apps.compute.models import Cluster, Node, Partition
 from apps.core.generations import redis_client
-from apps.jobs import extras, queue_model, runtimes
+from apps.jobs import borrowing, extras, queue_model, runtimes
 from apps.jobs.admission import RESOURCES, quota_scope
 from apps.jobs.estimate_learning import calibration, forget_gone, learn, waiting_too_long
 from apps.jobs.estimate_store import META, WAITING, range_of, store_key
@@ -132,8 +132,8 @@ def _refresh(*, cluster_id, now: datetime | None) -> dict:
     now = now or timezone.now()
     clock = now.timestamp()
     waiting = _rows(Job.objects.filter(cluster_id=cluster_id, state__in=WAITING))
-    row = Cluster.objects.filter(pk=cluster_id).values_list("name", "healthy", "config").first()
-    name, healthy, config = row or ("", False, {})
+    cluster = Cluster.objects.filter(pk=cluster_id).only("name", "healthy", "config").first()
+    name, healthy = (cluster.name, cluster.healthy) if cluster else ("", False)
     last = client.hget(store_key("now", cluster_id), META)
     since = json.loads(last)["computed_at"] if last else None
     started = JobAttempt.objects.filter(job__cluster_id=cluster_id, started_at__isnull=False)
@@ -191,7 +191,7 @@ def _refresh(*, cluster_id, now: datetime | None) -> dict:
         waiting=model_jobs,
         tenant_limits=limits,
         tenant_held_elsewhere=_held_elsewhere(cluster_id, set(limits)),
-        lending=bool((config or {}).get("quota_borrowing")),
+        lending=borrowing.enabled(cluster),
     )
     factors, calibrated = calibration(client, cluster_id)
     meta = {"computed_at": clock, "factors": factors, "bases": list(bases), "range": calibrated}

@@ -129,6 +129,20 @@ def test_without_past_runs_the_time_limit_is_the_run_time(acme, cluster):
     assert "the time limit" in expected["basis"]
 
 
+@pytest.mark.parametrize("lends", [False, True])
+def test_where_the_cluster_lends_a_job_over_its_quota_borrows_idle_gpus(acme, cluster, lends):
+    cluster.config = {**(cluster.config or {}), "quota_borrowing": lends}
+    cluster.save(update_fields=["config"])
+    Quota.objects.create(tenant=acme.tenant, gpus=2)
+    past_runs(acme, cluster, name="train", seconds=600)
+    running(acme, cluster, name="train", gpus_per_node=2, nodes=1, ran=100)  # the quota's 2
+    waiting = queued(acme, cluster, name="train", gpus_per_node=2)  # 2 of 4 GPUs idle
+    now = timezone.now()
+    estimates_refresh(cluster_id=cluster.pk, now=now)
+    p50 = at(detail(acme, waiting)["expected_start"]["p50"])
+    assert p50 == pytest.approx(now.timestamp() + (0 if lends else 500), abs=1)
+
+
 def test_a_job_that_cannot_start_says_why_instead_of_a_time(acme, cluster):
     Quota.objects.create(tenant=acme.tenant, gpus=2)
     over = queued(acme, cluster, state="PENDING", gpus_per_node=4)
