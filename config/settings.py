@@ -229,6 +229,9 @@ TORUS_LDAP_BIND_PASSWORD_FILE = env_str(
     "TORUS_LDAP_BIND_PASSWORD_FILE", str(VAR_DIR / "secrets" / "ldap-admin.pass")
 )
 TORUS_RECONCILE_SECONDS = env_int("TORUS_RECONCILE_SECONDS", 2, minimum=1)
+# Which clusters this deployment's workers drive: those whose config's "control_plane" names
+# it ("": those that name none). Deployments sharing one database split clusters this way.
+TORUS_CONTROL_PLANE = env_str("TORUS_CONTROL_PLANE", "")
 TORUS_DISPATCH_GRACE_SECONDS = env_int("TORUS_DISPATCH_GRACE_SECONDS", 30, minimum=1)
 TORUS_DISPATCH_THREADS = env_int("TORUS_DISPATCH_THREADS", 8, minimum=1)
 TORUS_LOST_AFTER_SECONDS = env_int("TORUS_LOST_AFTER_SECONDS", 120, minimum=5)

@@ -3,11 +3,14 @@
 import logging
 
 from celery import shared_task
+from django.conf import settings
 from django.core.cache import cache
+from django.db.models import Q
 
 from apps.compute.backends import for_cluster
 from apps.compute.backends.base import ClusterUnavailable
 from apps.compute.models import Cluster
+from apps.compute.selectors import clusters_controlled
 from apps.core.passes import Pass, describe
 from apps.jobs import dispatch, reconcile
 from apps.jobs.admission import admit_tenant
@@ -75,9 +78,9 @@ def reconcile_cluster(cluster_id: str) -> dict:
 
 @shared_task(name="jobs.control_pass")
 def control_pass() -> None:
-    """The periodic backstop: reconcile and dispatch every cluster, admit every tenant, then
-    predict the waiting jobs' starts."""
-    clusters = list(Cluster.objects.values_list("pk", "name"))
+    """The periodic backstop: reconcile and dispatch every cluster of this control plane
+    (apps/compute/selectors.py), admit every tenant, then predict the waiting jobs' starts."""
+    clusters = list(clusters_controlled().values_list("pk", "name"))
     for cluster_id, name in clusters:
         # (no transaction around a pass: each commits its own steps, its claims first)
         failed = _cluster_failed(cluster_id)
@@ -91,7 +94,11 @@ def control_pass() -> None:
             pass_timed(step="dispatch", cluster=name),
         ):
             dispatch_cluster(str(cluster_id))
-    pending = Tenant.objects.filter(jobs__state=State.PENDING).distinct()
+    # the tenants with jobs waiting for admission on these clusters (or on none yet)
+    ours = Q(jobs__cluster_id__in=[pk for pk, _ in clusters])
+    if not settings.TORUS_CONTROL_PLANE:
+        ours |= Q(jobs__cluster__isnull=True)
+    pending = Tenant.objects.filter(ours, jobs__state=State.PENDING).distinct()
     for tenant_id, slug in pending.values_list("pk", "slug"):
         with CONTROL.item(f"admit:{slug}", atomic=False), pass_timed(step="admit"):
             admit_tenant(tenant_id=tenant_id)

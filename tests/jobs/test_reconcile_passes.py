@@ -9,6 +9,7 @@ import pytest
 from django.db import connection
 
 from apps.compute.models import Cluster
+from apps.compute.selectors import clusters_controlled
 from apps.core.models import PassCounter, PassFailure
 from apps.jobs import dispatch, paths, reconcile
 from apps.jobs.models import AttemptState, Job, JobAttempt
@@ -107,3 +108,22 @@ def test_a_cluster_whose_backend_is_gone_under_a_job_keeps_no_other_cluster_wait
     assert PassFailure.objects.get(pk=failure.pk).count > failure.count
     Job.objects.filter(pk=stranded).update(cluster=slurm_cluster)  # put back: it ends
     assert drive(stranded, until={"RUNNING", "SUCCEEDED"}).state in ("RUNNING", "SUCCEEDED")
+
+
+def test_a_cluster_of_another_control_plane_is_left_to_that_plane(db, settings):
+    """Deployments sharing one database (each with its own broker and cache) split the
+    clusters by Cluster.config control_plane: a worker drives only its plane's clusters."""
+    there = Cluster.objects.create(
+        name="a-there", backend="retired", config={"control_plane": "there"}
+    )
+    assert clusters_controlled(plane="there").get() == there
+    assert there not in clusters_controlled(plane="")
+    assert Cluster.objects.create(name="a-here", backend="retired") in clusters_controlled(plane="")
+    settings.TORUS_CONTROL_PLANE = "elsewhere"  # neither cluster is this plane's: untouched
+    control_pass()
+    assert not PassFailure.objects.filter(pass_name="control").exists()
+    settings.TORUS_CONTROL_PLANE = "there"  # its own plane drives it (and fails: no backend)
+    control_pass()
+    failure = PassFailure.objects.get(pass_name="control", item_key="reconcile:a-there")
+    assert "no backend for 'retired' clusters" in failure.error
+    assert not PassFailure.objects.filter(item_key__contains="a-here").exists()
