@@ -21,6 +21,7 @@ class EstimateSampler:
         self.slurm, self.cluster_id, self.prefix = slurm, cluster_id, prefix
         self.torus: dict = {}  # job id -> [(sampled at, p10, p50, p90), ...]
         self.slurm_start: dict = {}  # job name -> [(sampled at, predicted start), ...]
+        self.reasons: dict = {}  # job name -> [(sampled at, Slurm's pending reason), ...]
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -68,11 +69,15 @@ class EstimateSampler:
     def _sample_slurm(self) -> None:
         from datetime import datetime
 
-        out = self.slurm.run(["squeue", "--start", "-h", "-t", "PD", "-o", "%j|%S"], check=False)
+        out = self.slurm.run(["squeue", "--start", "-h", "-t", "PD", "-o", "%j|%S|%r"], check=False)
         now = time.time()
         for line in out.splitlines():
-            name, _, start = line.partition("|")
-            if not name.startswith(self.prefix) or start in ("N/A", "", "Unknown"):
+            name, _, rest = line.partition("|")
+            start, _, reason = rest.partition("|")
+            if not name.startswith(self.prefix):
+                continue
+            self.reasons.setdefault(name, []).append((now, reason))
+            if start in ("N/A", "", "Unknown"):
                 continue
             try:  # squeue prints the controller's local time, as this process's
                 at = datetime.fromisoformat(start).timestamp()

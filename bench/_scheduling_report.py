@@ -1,9 +1,87 @@
-"""bench/scheduling.py's report: the picture and the plan's ideal schedules."""
+"""bench/scheduling.py's report: each run's figures, their spread over runs, the picture
+and the plan's ideal schedules."""
 
+import statistics
 from pathlib import Path
 
 from _scheduling_cluster import log
-from _scheduling_trace import allocation_bound, reference_schedule
+from _scheduling_tail import tail_report
+from _scheduling_trace import (
+    allocation_bound,
+    allocation_series,
+    phase_metrics,
+    reference_schedule,
+)
+
+PEERS = ("backfill", "fairshare", "fifo")
+
+# -- one run, many runs -----------------------------------------------------------------------
+
+
+def run_figures(
+    plan, raw: dict, platform: dict, *, ideal: dict, info: dict, capacity: int, scale: float
+) -> dict:
+    """One run of the phases: {"metrics", "series", "jcts"}, each by phase. `raw`: each
+    phase's {t0, deadline, runs, machine_load, platform_s?, reasons?}."""
+    metrics, series, jcts = {}, {}, {}
+    for phase, out in raw.items():
+        m = phase_metrics(plan, out["runs"], capacity=capacity, t0=out["t0"],
+                          deadline=out["deadline"], scale=scale,
+                          window_s=info["replay_seconds"])  # fmt: skip
+        m["machine_load"] = out["machine_load"]  # the machine is shared: how busy it was
+        if phase in platform:
+            m["platform"] = platform[phase]
+        m["largest_jobs"] = tail_report(
+            plan, out["runs"], t0=out["t0"], ideal=ideal,
+            platform_s=out.get("platform_s"), reasons=out.get("reasons"),
+        )  # fmt: skip
+        metrics[phase] = m
+        series[phase] = allocation_series(
+            plan, out["runs"], capacity=capacity, t0=out["t0"], deadline=out["deadline"]
+        )
+        jcts[phase] = [e - s for s, st, e in out["runs"].values() if st and e]
+    return {"metrics": metrics, "series": series, "jcts": jcts}
+
+
+def run_ratios(metrics: dict, *, head: str, info: dict) -> dict:
+    """The headline phase against each peer of the same run."""
+    ratios = {}
+    t = metrics.get(head)
+    for peer in PEERS:
+        if not t or peer not in metrics or not metrics[peer]["jct_mean_s"] or not t["jct_mean_s"]:
+            continue
+        p = metrics[peer]
+        ratios[f"jct_mean_torus_vs_{peer}"] = round(t["jct_mean_s"] / p["jct_mean_s"], 3)
+        # the best any scheduler could do (no job waiting), for scale
+        ratios[f"jct_floor_vs_{peer}"] = round(info["jct_floor_s"] / p["jct_mean_s"], 3)
+        if p["queue_delay_p95_s"]:
+            ratios[f"queue_p95_torus_vs_{peer}"] = round(
+                t["queue_delay_p95_s"] / p["queue_delay_p95_s"], 3
+            )
+        ratios[f"allocation_torus_minus_{peer}"] = round(
+            t["gpu_allocation"] - p["gpu_allocation"], 3
+        )
+    return ratios
+
+
+def spread(runs: list[dict]) -> dict:
+    """Every number found at the same place in each of `runs`: its median, min and max."""
+    out = {}
+    for key, first in runs[0].items():
+        values = [run.get(key) for run in runs]
+        if isinstance(first, dict):
+            inner = spread([v for v in values if isinstance(v, dict)])
+            if inner:
+                out[key] = inner
+        elif isinstance(first, int | float) and not isinstance(first, bool):
+            numbers = [v for v in values if isinstance(v, int | float)]
+            out[key] = {
+                "median": round(statistics.median(numbers), 3),
+                "min": min(numbers),
+                "max": max(numbers),
+            }
+    return out
+
 
 # -- the picture ------------------------------------------------------------------------------
 

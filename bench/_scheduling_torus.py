@@ -25,6 +25,7 @@ PAST_PREFIX = "sched-past-"  # the ended runs past_runs writes
 def torus_setup(slurm: BenchSlurm, capacity: int) -> dict:
     """The cluster row, one tenant per TENANTS entry (quota in GPUs, project `trace`, two
     users with tokens) in the platform's database."""
+    from django.conf import settings
     from django.contrib.auth import get_user_model
     from django.utils import timezone
 
@@ -50,6 +51,7 @@ def torus_setup(slurm: BenchSlurm, capacity: int) -> dict:
                 "jwt_key_path": slurm.conf["TORUS_SLURM_JWT_KEY"],
                 "slurm_conf": slurm.conf["SLURM_CONF"],
                 "user": "root",
+                "control_plane": settings.TORUS_CONTROL_PLANE,  # the benchmark's processes only
             },
         },
     )
@@ -251,7 +253,7 @@ def torus_phase(slurm: BenchSlurm, ctx, plan, drain_s: float, port: int, label: 
             )
         )
     )
-    decision, dispatch, held = [], [], 0
+    decision, dispatch, held, platform_s = [], [], 0, {}
     rows = reconnecting(
         lambda: list(waiting.values_list("id", "created_at", "attempts__submitted_at"))
     )
@@ -259,6 +261,9 @@ def torus_phase(slurm: BenchSlurm, ctx, plan, drain_s: float, port: int, label: 
         queued = admitted_at.get(job_id)
         if submitted_at:
             decision.append((submitted_at - created).total_seconds() * 1000)
+            index = names.get(str(job_id), "")[len(prefix) :]
+            if index.isdigit():  # the first attempt's: a job's time before Slurm had it
+                platform_s.setdefault(int(index), (submitted_at - created).total_seconds())
         if queued and submitted_at:
             dispatch.append((submitted_at - queued).total_seconds() * 1000)
         if queued and (queued - created).total_seconds() > 1.0:
@@ -267,10 +272,17 @@ def torus_phase(slurm: BenchSlurm, ctx, plan, drain_s: float, port: int, label: 
     png = RESULTS / f"scheduling-{label}-expected-start-{time.strftime('%Y%m%dT%H%M%S')}.png"
     expected = estimate_report(sampler, names=names, runs=runs, png=png)
     log(f"{label}: expected starts: {json.dumps(expected)}")
+    reasons = {
+        int(name[len(prefix) :]): samples
+        for name, samples in sampler.reasons.items()
+        if name[len(prefix) :].isdigit()
+    }
     return {
         "t0": t0,
         "deadline": end,
         "runs": runs,
+        "platform_s": platform_s,
+        "reasons": reasons,
         "platform": {
             "expected_start": expected,
             "submit_to_slurm_ms": _pcts(decision),

@@ -314,15 +314,41 @@ def reference_schedule(
     order: str = "fifo",
     starving_s: float | None = None,
 ) -> dict:
-    """An ideal scheduler with no latency on the plan: jobs placed on whole nodes as Slurm
-    would (up to one node's GPUs on the fullest node that fits, more as whole free nodes).
+    """reference_starts' schedule summed up: mean JCT, allocation by gpu_allocation's
+    definition, p95 queueing, makespan. Says how far completion time and allocation can move
+    at a load before any run."""
+    if not plan:
+        return {}
+    start = reference_starts(
+        plan, nodes=nodes, node_gpus=node_gpus, order=order, starving_s=starving_s
+    )
+    ends = [start[j.index] + j.duration for j in plan]
+    work = sum(j.gpus * j.duration for j in plan)
+    jct = [start[j.index] + j.duration - j.arrival for j in plan]
+    return {
+        "jct_mean_s": round(statistics.fmean(jct), 2),
+        "gpu_allocation": round(work / (nodes * node_gpus * max(ends)), 3),
+        "queue_delay_p95_s": _pct([start[j.index] - j.arrival for j in plan], 0.95),
+        "makespan_s": round(max(ends), 1),
+    }
+
+
+def reference_starts(
+    plan: list[ReplayJob],
+    *,
+    nodes: int,
+    node_gpus: int,
+    order: str = "fifo",
+    starving_s: float | None = None,
+) -> dict[int, float]:
+    """{index: start, seconds after the replay's start} under an ideal scheduler with no
+    latency: jobs placed on whole nodes as Slurm would (up to one node's GPUs on the fullest
+    node that fits, more as whole free nodes).
     order "fifo": strictly in arrival order (the head blocks the rest: plain FIFO);
     "smallest": every waiting job that fits, least expected GPU-time (GPUs x time limit, what
     a scheduler is told) first, then arrival. With `starving_s` (the platform's starving rule,
     apps/jobs/priority.py): a job that has waited that long goes first, in arrival order, and
-    one that does not fit holds every job behind it (it keeps its room). Says how far
-    completion time and allocation can move at a load before any run: mean JCT, allocation by
-    gpu_allocation's definition, p95 queueing, makespan."""
+    one that does not fit holds every job behind it (it keeps its room)."""
     import heapq
 
     free = [node_gpus] * nodes
@@ -381,14 +407,4 @@ def reference_schedule(
                 waiting.append(job)
                 held = held or job.index in first  # a starving job keeps its room
         queue = waiting
-    if not plan:
-        return {}
-    ends = [start[j.index] + j.duration for j in plan]
-    work = sum(j.gpus * j.duration for j in plan)
-    jct = [start[j.index] + j.duration - j.arrival for j in plan]
-    return {
-        "jct_mean_s": round(statistics.fmean(jct), 2),
-        "gpu_allocation": round(work / (nodes * node_gpus * max(ends)), 3),
-        "queue_delay_p95_s": _pct([start[j.index] - j.arrival for j in plan], 0.95),
-        "makespan_s": round(max(ends), 1),
-    }
+    return start

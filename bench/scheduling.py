@@ -19,6 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("TORUS_REDIS_DB_BASE", "13")  # its own broker/cache DBs (13-15)
 # a trace hour is 5 s here: the run-time history is read as often as a minute is on a cluster
 os.environ.setdefault("TORUS_ESTIMATE_HISTORY_SECONDS", "2")
+# its cluster is driven by its own processes only, not by a portal running on the same database
+os.environ.setdefault("TORUS_CONTROL_PLANE", "bench-scheduling")
 
 from _common import ROOT, django_setup, environment, finish
 from _scheduling_cluster import (
@@ -32,8 +34,9 @@ from _scheduling_cluster import (
     machine,
     slurm_mode,
 )
+from _scheduling_load import MachineLoad
 from _scheduling_replay import slurm_phase
-from _scheduling_report import plan_summary, plot
+from _scheduling_report import plan_summary, plot, run_figures, run_ratios, spread
 from _scheduling_torus import (
     forget_cluster,
     fresh_db,
@@ -47,10 +50,9 @@ from _scheduling_torus import (
 from _scheduling_trace import (
     TENANTS,
     allocation_bound,
-    allocation_series,
     busiest_window,
-    phase_metrics,
     read_trace,
+    reference_starts,
     replay_plan,
 )
 
@@ -114,6 +116,12 @@ def main() -> int:
         "--keep-records",
         action="store_true",
         help="keep the job records of earlier phases in slurmctld (default: cleared per phase)",
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run the phases N times: every figure's median and range, the median run's plot",
     )
     parser.add_argument("--keep-logs", action="store_true")
     parser.add_argument("--keep-cluster", action="store_true", help="leave slurm-bench running")
@@ -197,87 +205,77 @@ def main() -> int:
             ctx["quotas"] if ctx else {n: max(8, round(q * capacity)) for n, _, q, _ in TENANTS}
         )
         slurm.accounts(quotas, limits=False)
-        raw, platform = {}, {}
         history, past_s = None, args.history_hours * 3600
-        for phase in phases:
+        ideal = reference_starts(plan, nodes=nodes, node_gpus=args.gpus_per_node, order="smallest")
+
+        def run_phase(phase: str) -> dict:
+            nonlocal history, procs, port
             fresh_db(connections)  # PostgreSQL may have dropped idle connections meanwhile
             slurm.mode(slurm_mode(phase), clear=not args.keep_records)
-            if phase.startswith("torus"):
-                reconnecting(
-                    lambda phase=phase: quota_mode(
-                        ctx,
-                        slurm,
-                        in_slurm=phase.startswith(("torus-limits", "torus-lend")),
-                        borrow=phase.startswith(("torus-borrow", "torus-lend")),
-                        size_nice=0 if phase.endswith("-nonice") else args.size_nice,
-                    )
+            if not phase.startswith("torus"):
+                load = MachineLoad().start()
+                return {**slurm_phase(slurm, phase, plan, drain), "machine_load": load.stop()}
+            reconnecting(
+                lambda: quota_mode(
+                    ctx,
+                    slurm,
+                    in_slurm=phase.startswith(("torus-limits", "torus-lend")),
+                    borrow=phase.startswith(("torus-borrow", "torus-lend")),
+                    size_nice=0 if phase.endswith("-nonice") else args.size_nice,
                 )
-                if history is None:
-                    history, _ = plan_at(args.load, at=start - past_s, hours=args.history_hours)
-                    written = reconnecting(
-                        lambda history=history: past_runs(ctx, history, cluster=ctx["cluster"])
-                    )
-                    log(f"{written} past runs from the {args.history_hours:g} trace hours before")
-                if not procs:
-                    port, procs = start_platform(logdir)
-                out = torus_phase(slurm, ctx, plan, drain, port, phase)
-                platform[phase] = out.pop("platform")
-            else:
-                out = slurm_phase(slurm, phase, plan, drain)
-            out["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
-            raw[phase] = out
-            m = phase_metrics(plan, out["runs"], capacity=capacity, t0=out["t0"],
-                              deadline=out["deadline"], scale=args.compression / 3600,
-                              window_s=info["replay_seconds"])  # fmt: skip
-            log(f"{phase}: {json.dumps(m)}")
+            )
+            if history is None:
+                history, _ = plan_at(args.load, at=start - past_s, hours=args.history_hours)
+                written = reconnecting(lambda: past_runs(ctx, history, cluster=ctx["cluster"]))
+                log(f"{written} past runs from the {args.history_hours:g} trace hours before")
+            if not procs:
+                port, procs = start_platform(logdir)
+            load = MachineLoad({p.name: p.popen.pid for p in procs}).start()
+            out = torus_phase(slurm, ctx, plan, drain, port, phase)
+            return {**out, "machine_load": load.stop()}
+
+        runs, port = [], None  # runs: per repeat, {"metrics", "series", "jcts"} by phase
+        for rep in range(args.repeat):
+            raw, platform = {}, {}
+            for phase in phases:
+                raw[phase] = run_phase(phase)
+                if "platform" in raw[phase]:
+                    platform[phase] = raw[phase].pop("platform")
+                log(f"{phase} (run {rep + 1} of {args.repeat}): {raw[phase]['machine_load']}")
+            (logdir / f"runs-{rep + 1}.json").write_text(
+                json.dumps({k: {**v, "reasons": None} for k, v in raw.items()})
+            )
+            runs.append(
+                run_figures(plan, raw, platform, ideal=ideal, info=info, capacity=capacity,
+                            scale=args.compression / 3600)
+            )  # fmt: skip
+            for phase, m in runs[-1]["metrics"].items():
+                log(f"{phase} (run {rep + 1} of {args.repeat}): {json.dumps(m)}")
         for proc in procs:
             proc.stop()
-        (logdir / "runs.json").write_text(json.dumps(raw))
-        metrics, series, jcts = {}, {}, {}
-        for phase, out in raw.items():
-            m = phase_metrics(plan, out["runs"], capacity=capacity, t0=out["t0"],
-                              deadline=out["deadline"], scale=args.compression / 3600,
-                              window_s=info["replay_seconds"])  # fmt: skip
-            m["loadavg_end"] = out.get("loadavg_end")  # the machine is shared: how busy
-            if phase in platform:
-                m["platform"] = platform[phase]
-            metrics[phase] = m
-            series[phase] = allocation_series(
-                plan, out["runs"], capacity=capacity, t0=out["t0"], deadline=out["deadline"]
-            )
-            jcts[phase] = [e - s for s, st, e in out["runs"].values() if st and e]
         heads = ("torus-lend", "torus-limits", "torus-borrow", "torus")
-        head = next((p for p in heads if p in metrics), "torus")
-        ratios = {}
-        if head in metrics:
-            t = metrics[head]
-            for peer in ("backfill", "fairshare", "fifo"):
-                if peer in metrics and metrics[peer]["jct_mean_s"] and t["jct_mean_s"]:
-                    p = metrics[peer]
-                    ratios[f"jct_mean_torus_vs_{peer}"] = round(
-                        t["jct_mean_s"] / p["jct_mean_s"], 3
-                    )
-                    # the best any scheduler could do (no job waiting), for scale
-                    ratios[f"jct_floor_vs_{peer}"] = round(info["jct_floor_s"] / p["jct_mean_s"], 3)
-                    if p["queue_delay_p95_s"]:
-                        ratios[f"queue_p95_torus_vs_{peer}"] = round(
-                            t["queue_delay_p95_s"] / p["queue_delay_p95_s"], 3
-                        )
-                    ratios[f"allocation_torus_minus_{peer}"] = round(
-                        t["gpu_allocation"] - p["gpu_allocation"], 3
-                    )
+        head = next((p for p in heads if p in runs[0]["metrics"]), phases[0])
+        median_run = sorted(runs, key=lambda r: r["metrics"][head]["gpu_allocation"])[
+            (len(runs) - 1) // 2
+        ]
+        metrics = median_run["metrics"]
+        ratios = [run_ratios(r["metrics"], head=head, info=info) for r in runs]
         stamp = time.strftime("%Y%m%d-%H%M%S")
         args.out.mkdir(parents=True, exist_ok=True)
         png = plot(
-            args.out / f"scheduling-{stamp}.png", series, jcts,
+            args.out / f"scheduling-{stamp}.png", median_run["series"], median_run["jcts"],
             f"ITP {args.trace_cluster}, {hours:g} h window at {args.compression:g}x, load "
-            f"{args.load:g}: {len(plan)} jobs on {nodes} x {args.gpus_per_node} GPUs",
+            f"{args.load:g}: {len(plan)} jobs on {nodes} x {args.gpus_per_node} GPUs"
+            + (f" (the median of {len(runs)} runs)" if len(runs) > 1 else ""),
         )  # fmt: skip
         result = {
             "benchmark": "scheduling",
             "metrics": {
                 "headline": head,
-                "by_scheduler": metrics,
+                "by_scheduler": metrics,  # the median run's (by the headline's allocation)
+                "repeats": len(runs),
+                "spread": spread([r["metrics"] for r in runs]),
+                "runs": [r["metrics"] for r in runs],
                 "trace": {
                     "file": args.trace.name,
                     "cluster": args.trace_cluster,
@@ -300,7 +298,8 @@ def main() -> int:
                 "plot": png,
             },
             "peers": {p: metrics[p] for p in metrics if not p.startswith("torus")},
-            "ratios": ratios,
+            "ratios": ratios[runs.index(median_run)],
+            "ratios_spread": spread([{"ratios": r} for r in ratios])["ratios"],
         }
     except KeyboardInterrupt:
         log("interrupted")

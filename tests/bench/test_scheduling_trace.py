@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from _scheduling_report import spread
+from _scheduling_tail import tail_report
 from _scheduling_trace import (
     TraceJob,
     allocation_bound,
@@ -14,6 +16,7 @@ from _scheduling_trace import (
     busiest_window,
     phase_metrics,
     reference_schedule,
+    reference_starts,
     replay_plan,
     tenant_of,
     user_of,
@@ -124,3 +127,44 @@ def test_the_ideal_schedules_fifo_smallest_first_and_the_starving_rule():
     # a starving time longer than b waits changes nothing
     late = reference_schedule(plan, nodes=1, node_gpus=2, order="smallest", starving_s=20)
     assert late == ideal["smallest"]
+
+
+def test_the_tail_report_compares_the_largest_job_with_the_ideal_start():
+    # the plan above, smallest first: b (the largest) ideally starts at 17 s
+    plan, _ = plan_of(
+        [TraceJob("a", 0, 7200, 1), TraceJob("b", 720, 7200, 2), TraceJob("c", 5040, 7200, 1)],
+        hours=2,
+        nodes=1,
+        node_gpus=2,
+    )
+    ideal = reference_starts(plan, nodes=1, node_gpus=2, order="smallest")
+    assert ideal == {0: 0.0, 2: 7.0, 1: 17.0}
+    t0 = 1000.0
+    runs = {0: (t0, t0, t0 + 10), 1: (t0 + 1, t0 + 30, t0 + 40), 2: (t0 + 7, t0 + 7, t0 + 17)}
+    # b waited 3 s in the platform, then 10 s behind c (Priority), 16 s for nodes (Resources)
+    samples = [(t0 + 4 + k, "Priority") for k in range(10)]
+    samples += [(t0 + 14 + k * 4, "Resources") for k in range(5)]
+    report = tail_report(
+        plan, runs, t0=t0, ideal=ideal, platform_s={1: 3.0}, reasons={1: samples}
+    )
+    (row,) = report["jobs"]
+    assert (row["index"], row["start_s"], row["late_s"], row["platform_s"]) == (1, 30.0, 13.0, 3.0)
+    assert row["after_last_arrival"] is True  # the last arrival is c's, at 7 s
+    assert row["slurm_reasons_s"] == {"Priority": 10.0, "Resources": 16.0}
+    assert report["summary"]["late_mean_s"] == 13.0
+    assert report["summary"]["ideal_after_last_arrival"] == 1
+    # a job that never started is counted, not dropped
+    report = tail_report(plan, {}, t0=t0, ideal=ideal)
+    assert report["summary"]["never_started"] == 1
+
+
+def test_the_spread_of_runs_is_the_median_and_range_of_every_number():
+    runs = [
+        {"alloc": 0.8, "tail": {"late": 5}, "name": "x", "ok": True},
+        {"alloc": 0.7, "tail": {"late": 9}, "name": "y", "ok": False},
+        {"alloc": 0.9, "tail": {"late": 1}, "name": "z", "ok": True},
+    ]
+    assert spread(runs) == {
+        "alloc": {"median": 0.8, "min": 0.7, "max": 0.9},
+        "tail": {"late": {"median": 5, "min": 1, "max": 9}},
+    }
