@@ -254,7 +254,8 @@ def main() -> int:
         for proc in procs:
             proc.stop()
         heads = ("torus-lend", "torus-limits", "torus-borrow", "torus")
-        head = next((p for p in heads if p in runs[0]["metrics"]), phases[0])
+        torus = [p for p in phases if p.startswith("torus")]  # e.g. torus-lend-noreserve
+        head = next((p for p in (*heads, *torus) if p in runs[0]["metrics"]), phases[0])
         median_run = sorted(runs, key=lambda r: r["metrics"][head]["gpu_allocation"])[
             (len(runs) - 1) // 2
         ]

@@ -105,14 +105,19 @@ def test_allocation_while_waiting_counts_only_seconds_with_a_job_queued():
     assert (busy, span) == (0.0, 20.0)
 
 
-def test_the_ideal_schedules_fifo_smallest_first_and_the_starving_rule():
-    # one node of 2 GPUs; a 1-GPU job runs 0-10 s, a 2-GPU job comes at 1 s, a 1-GPU one at 7
+def three_on_one_node():
+    """One node of 2 GPUs; a 1-GPU job runs 0-10 s, a 2-GPU job comes at 1 s, a 1-GPU one at 7."""
     plan, _ = plan_of(
         [TraceJob("a", 0, 7200, 1), TraceJob("b", 720, 7200, 2), TraceJob("c", 5040, 7200, 1)],
         hours=2,
         nodes=1,
         node_gpus=2,
     )
+    return plan
+
+
+def test_the_ideal_schedules_fifo_smallest_first_and_the_starving_rule():
+    plan = three_on_one_node()
     ideal = {
         order: reference_schedule(plan, nodes=1, node_gpus=2, order=order)
         for order in ("fifo", "smallest")
@@ -130,13 +135,8 @@ def test_the_ideal_schedules_fifo_smallest_first_and_the_starving_rule():
 
 
 def test_the_tail_report_compares_the_largest_job_with_the_ideal_start():
-    # the plan above, smallest first: b (the largest) ideally starts at 17 s
-    plan, _ = plan_of(
-        [TraceJob("a", 0, 7200, 1), TraceJob("b", 720, 7200, 2), TraceJob("c", 5040, 7200, 1)],
-        hours=2,
-        nodes=1,
-        node_gpus=2,
-    )
+    # smallest first, b (the largest) ideally starts at 17 s
+    plan = three_on_one_node()
     ideal = reference_starts(plan, nodes=1, node_gpus=2, order="smallest")
     assert ideal == {0: 0.0, 2: 7.0, 1: 17.0}
     t0 = 1000.0
@@ -144,9 +144,7 @@ def test_the_tail_report_compares_the_largest_job_with_the_ideal_start():
     # b waited 3 s in the platform, then 10 s behind c (Priority), 16 s for nodes (Resources)
     samples = [(t0 + 4 + k, "Priority") for k in range(10)]
     samples += [(t0 + 14 + k * 4, "Resources") for k in range(5)]
-    report = tail_report(
-        plan, runs, t0=t0, ideal=ideal, platform_s={1: 3.0}, reasons={1: samples}
-    )
+    report = tail_report(plan, runs, t0=t0, ideal=ideal, platform_s={1: 3.0}, reasons={1: samples})
     (row,) = report["jobs"]
     assert (row["index"], row["start_s"], row["late_s"], row["platform_s"]) == (1, 30.0, 13.0, 3.0)
     assert row["after_last_arrival"] is True  # the last arrival is c's, at 7 s
