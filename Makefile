@@ -210,6 +210,7 @@ test-quick: venv
 	$(call lane,quick,-n $(TEST_WORKERS) --dist loadgroup --reuse-db -m "(unit or postgres) and not serial")
 
 bench: venv services
+	$(BIN)/python -m pip install --quiet -e '.[bench]'  # matplotlib: the benchmarks' plots
 	mkdir -p bench/results
 	$(BIN)/python bench/run_all.py
 
