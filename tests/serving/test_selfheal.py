@@ -5,6 +5,7 @@ each replaced; a model whose replicas cannot start fails the deployment instead 
 import contextlib
 import os
 import signal
+import time
 
 import pytest
 from django.test import override_settings
@@ -133,9 +134,13 @@ def test_a_model_that_cannot_start_fails_the_deployment(
     # its subscribers were told it failed, once, and that it recovered
     kinds = event_kinds(made["id"])
     assert kinds.count("failed") == 1 and kinds[-1] == "recovered", kinds
-    items = [i for n in Notification.objects.order_by("created_at") for i in n.items]
-    assert [(i["event"], i["deployment"], i["name"]) for i in items] == [
-        ("deploy_failing", made["id"], "broken"), ("deploy_recovered", made["id"], "broken"),
-    ]  # fmt: skip
+    told = [("deploy_failing", made["id"], "broken"), ("deploy_recovered", made["id"], "broken")]
+    deadline = time.monotonic() + 10  # the message is made once the pass has committed
+    while True:
+        items = [i for n in Notification.objects.order_by("created_at") for i in n.items]
+        if [(i["event"], i["deployment"], i["name"]) for i in items] == told:
+            break
+        assert time.monotonic() < deadline, items
+        time.sleep(0.2)
     assert "2 replicas in a row ended before they were ready" in items[0]["reason"]
     assert text(items[:1]).startswith(f"Deployment broken ({made['id']}) in ")
