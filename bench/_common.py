@@ -93,15 +93,7 @@ def cpu_parts(roots: dict[str, int], by_comm: dict[str, tuple[str, ...]]) -> dic
     PostgreSQL's or the Kubernetes control plane's) in all; the benchmark's own process; and
     the whole machine (/proc/stat: every process and the kernel). Stable from run to run
     where wall-clock ratios on 2 shared cores are not."""
-    procs = {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            head, rest = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)
-        except OSError:  # gone meanwhile
-            continue
-        fields = rest.split()
-        ticks = sum(int(v) for v in fields[11:15])  # utime stime cutime cstime
-        procs[int(pid)] = (head.split("(", 1)[1], int(fields[1]), ticks)
+    procs = proc_stats()
     owner = {pid: name for name, pid in roots.items()}
     grew = True
     while grew:  # descendants (uvicorn's and Celery's worker processes)
@@ -123,6 +115,20 @@ def cpu_parts(roots: dict[str, int], by_comm: dict[str, tuple[str, ...]]) -> dic
     cpu = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
     parts["machine"] = sum(int(v) for v in cpu[:3] + cpu[5:8])  # all but idle and iowait
     return {k: v / os.sysconf("SC_CLK_TCK") for k, v in parts.items()}
+
+
+def proc_stats() -> dict[int, tuple[str, int, int]]:
+    """{pid: (process name, parent pid, CPU ticks: utime stime cutime cstime)} from /proc."""
+    procs = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            head, rest = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)
+        except OSError:  # gone meanwhile
+            continue
+        fields = rest.split()
+        ticks = sum(int(v) for v in fields[11:15])
+        procs[int(pid)] = (head.split("(", 1)[1], int(fields[1]), ticks)
+    return procs
 
 
 def cpu_per_job(before: dict, after: dict, n: int) -> dict:

@@ -6,9 +6,8 @@ import os
 import statistics
 import threading
 import time
-from pathlib import Path
 
-from _common import cpu_parts
+from _common import cpu_parts, proc_stats
 
 SAMPLE_S = 5.0
 TOP = 6  # the busiest process names reported
@@ -63,11 +62,6 @@ def by_comm() -> dict:
     """CPU seconds so far of the live processes, summed by process name (a process that ended
     meanwhile counts in its parent's, if the parent reaped it)."""
     out: dict = {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            head, rest = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)
-        except OSError:  # gone meanwhile
-            continue
-        name = head.split("(", 1)[1]
-        out[name] = out.get(name, 0.0) + sum(int(v) for v in rest.split()[11:15])
+    for name, _, ticks in proc_stats().values():
+        out[name] = out.get(name, 0.0) + ticks
     return {k: v / os.sysconf("SC_CLK_TCK") for k, v in out.items()}
